@@ -1,0 +1,58 @@
+# proxyfleet: `make demo` and `make test` do everything on a fresh Debian 12 box as root.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+APT_PACKAGES := python3 python3-venv python3-dev gcc pkg-config libvirt-dev \
+	libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf \
+	openssh-server openssh-client git debootstrap mtools dosfstools systemd-boot-efi \
+	e2fsprogs fdisk dnsmasq-base iproute2 iptables curl prometheus
+STAMP_APT := .make/apt.stamp
+STAMP_VENV := .make/venv.stamp
+
+.PHONY: deps test lint unit demo lab-up lab-down bench clean
+
+deps: $(STAMP_APT) $(STAMP_VENV)
+
+$(STAMP_APT):
+	@mkdir -p .make
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "Installing Debian packages:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@touch $@
+
+$(STAMP_VENV): pyproject.toml $(STAMP_APT)
+	@mkdir -p .make
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+lint: deps
+	$(BIN)/ruff check reconciler tests benchmarks
+	$(BIN)/ruff format --check reconciler tests benchmarks
+	$(BIN)/mypy --strict
+	$(BIN)/lint-imports
+
+unit: deps
+	$(BIN)/pytest -q -m "not integration and not lab"
+
+test: lint
+	$(BIN)/pytest -q
+
+demo: deps
+	$(BIN)/python -m lab.demo
+
+lab-up: deps
+	$(BIN)/python -m lab up
+
+lab-down: deps
+	$(BIN)/python -m lab down
+
+bench: deps
+	$(BIN)/python benchmarks/plan_scale.py
+
+clean:
+	rm -rf .make $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,7 @@
+"""``python -m reconciler`` is the ``proxyfleet`` command."""
+
+import sys
+
+from reconciler.cli import main
+
+sys.exit(main())

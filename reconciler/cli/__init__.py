@@ -1,0 +1,43 @@
+"""The ``proxyfleet`` command line: one module per subcommand.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and
+sets ``func`` to a ``run(args) -> int`` returning the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from reconciler import __version__
+from reconciler.cli import apply, daemon, hosts, inventory, plan, status, validate
+
+COMMANDS = (validate, plan, inventory, apply, daemon, hosts, status)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="proxyfleet",
+        description="GitOps reconciler for HTTP-proxy VMs on libvirt/KVM hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"proxyfleet {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="-v logs every libvirt call; -vv adds domain XML and metadata",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,17 @@
+"""``proxyfleet apply``: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("apply", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("proxyfleet apply: not built yet", file=sys.stderr)
+    return 1

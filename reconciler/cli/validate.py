@@ -1,0 +1,17 @@
+"""``proxyfleet validate``: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("validate", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("proxyfleet validate: not built yet", file=sys.stderr)
+    return 1

@@ -1,0 +1,181 @@
+"""The desired state: `kind: Fleet` (fleet.yaml) and `kind: Proxy` manifests.
+
+Field names follow DESIGN.md, in snake_case. Defaults here are the defaults
+operators get when a field is left out; docs/configuration.md lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a value came from: file relative to the repo root, 1-based line/column."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class Firmware(StrEnum):
+    UEFI = "uefi"
+    BIOS = "bios"
+
+
+class ImageFormat(StrEnum):
+    QCOW2 = "qcow2"
+    RAW = "raw"
+
+
+class DomainType(StrEnum):
+    KVM = "kvm"
+    QEMU = "qemu"
+
+
+class DriftMode(StrEnum):
+    CORRECT = "correct"
+    DETECT = "detect"
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """A base image: ``key`` is the `spec.images` key (or a synthetic one for a URL)."""
+
+    key: str
+    url: str
+    sha256: str | None = None
+    format: ImageFormat = ImageFormat.QCOW2
+    firmware: Firmware = Firmware.UEFI
+
+
+@dataclass(frozen=True, slots=True)
+class MachineType:
+    key: str
+    vcpus: int
+    memory_mib: int
+    disk_gib: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostNetwork:
+    """Where a guest's NIC plugs in: ``kind`` is ``bridge`` or ``network``."""
+
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    name: str
+    address: str
+    zone: str
+    network: HostNetwork
+    port: int = 22
+    user: str = "root"
+    pool: str = "default"
+    socket: str = "/var/run/libvirt/libvirt-sock"
+    domain_type: DomainType = DomainType.KVM
+    cpu_mode: str = "host-model"
+    max_proxies: int | None = None
+    location: Location = field(default=Location(""), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Safety switches. ``max_deletes_per_run`` counts deletes and replace-deletes."""
+
+    prune: bool = False
+    max_deletes_per_run: int = 5
+    allow_empty: bool = False
+    drift: DriftMode = DriftMode.CORRECT
+    suspend: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """fleet.yaml. ``images`` and ``machine_types`` are sorted by key."""
+
+    name: str
+    images: tuple[Image, ...] = ()
+    machine_types: tuple[MachineType, ...] = ()
+    hosts: tuple[Host, ...] = ()
+    policy: Policy = Policy()
+    location: Location = field(default=Location("fleet.yaml"), compare=False)
+
+    def image(self, key: str) -> Image | None:
+        return next((i for i in self.images if i.key == key), None)
+
+    def machine_type(self, key: str) -> MachineType | None:
+        return next((m for m in self.machine_types if m.key == key), None)
+
+    def host(self, name: str) -> Host | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def hosts_in_zone(self, zone: str) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if h.zone == zone)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """``image`` is a key of `spec.images` or a direct https:// URL."""
+
+    zone: str
+    image: str
+    machine_type: str
+    host: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudInit:
+    """Cloud-init content. Opaque bytes-as-text: never parsed, never logged.
+
+    ``repr`` is redacted so that a stray ``%r`` in a log line leaks nothing.
+    """
+
+    user_data: str = field(default="", repr=False)
+    vendor_data: str | None = field(default=None, repr=False)
+    network_config: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return "CloudInit(<redacted>)"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    proxy_port: int = 3128
+    probe_url: str = "http://connectivitycheck.gstatic.com/generate_204"
+    expect_status: int = 204
+    timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    protect: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    name: str
+    placement: Placement
+    cloud_init: CloudInit = CloudInit()
+    install_guest_agent: bool = True
+    health: Health = Health()
+    lifecycle: Lifecycle = Lifecycle()
+    labels: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location(""), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Repo:
+    """A loaded, valid fleet repo: the fleet and its proxies sorted by name."""
+
+    fleet: Fleet
+    proxies: tuple[Proxy, ...] = ()
+
+    def proxy(self, name: str) -> Proxy | None:
+        return next((p for p in self.proxies if p.name == name), None)

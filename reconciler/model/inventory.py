@@ -1,0 +1,62 @@
+"""What the hosts run, as observed: the planner's other input.
+
+The JSON form (``proxyfleet inventory --json`` and ``plan --inventory FILE``)
+is produced and parsed by ``reconciler.core.inventory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class DomainState(StrEnum):
+    RUNNING = "running"
+    SHUTOFF = "shutoff"
+    PAUSED = "paused"
+    CRASHED = "crashed"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The proxyfleet ``<metadata>`` element of a domain.
+
+    ``fleet``, ``proxy`` and ``digest`` decide ownership and drift; the rest is
+    provenance recorded at creation (empty when unknown).
+    """
+
+    fleet: str
+    proxy: str
+    digest: str
+    image_key: str = ""
+    image_sha256: str = ""
+    revision: str = ""
+    created: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """A libvirt domain. ``owner`` is None for a domain without our metadata."""
+
+    name: str
+    state: DomainState
+    owner: Owner | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostInventory:
+    """One host as observed. An unreachable host has no domains and an ``error``."""
+
+    name: str
+    reachable: bool
+    domains: tuple[Domain, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    hosts: tuple[HostInventory, ...] = ()
+
+    def host(self, name: str) -> HostInventory | None:
+        return next((h for h in self.hosts if h.name == name), None)

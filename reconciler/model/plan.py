@@ -1,0 +1,62 @@
+"""A plan: what the planner decided, one Action per proxy, VM or safety stop."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ActionKind(StrEnum):
+    CREATE = "create"
+    KEEP = "keep"
+    START = "start"
+    REPLACE = "replace"
+    DELETE = "delete"
+    BLOCKED = "blocked"
+    ABANDON = "abandon"
+
+
+MUTATING = frozenset({ActionKind.CREATE, ActionKind.START, ActionKind.REPLACE, ActionKind.DELETE})
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRef:
+    host: str
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One decision.
+
+    ``blocks`` is set on a BLOCKED action: the action a safety rule stopped.
+    ``replaces`` is set on a REPLACE: the old VM, deleted only after the new
+    one (``host``/``domain``) runs.
+    """
+
+    kind: ActionKind
+    reason: str
+    proxy: str | None = None
+    host: str | None = None
+    domain: str | None = None
+    digest: str | None = None
+    blocks: ActionKind | None = None
+    replaces: DomainRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+
+    def summary(self) -> dict[str, int]:
+        counts = Counter(a.kind for a in self.actions)
+        return {kind.value: counts.get(kind, 0) for kind in ActionKind}
+
+    @property
+    def has_changes(self) -> bool:
+        """True when anything but keep/abandon is planned (``plan`` exits 2)."""
+        return any(a.kind not in (ActionKind.KEEP, ActionKind.ABANDON) for a in self.actions)
+
+    def of_kind(self, kind: ActionKind) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.kind == kind)
