@@ -1,0 +1,62 @@
+"""The hypervisor seam: what the engine needs from one libvirt host.
+
+``LibvirtHost`` (reconciler.adapters.libvirthost) is the real thing, over SSH;
+``FakeHypervisor`` (reconciler.adapters.fakehost) is an in-memory stand-in
+for unit tests of the executor and nothing else.
+
+Every method raises only ``reconciler.errors.HostError`` subclasses, already
+classified: TransientError (retry), PermanentError (report), NotFoundError.
+Costs are noted per method: "RPCs" counts libvirt calls over the SSH link.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from reconciler.model import HostInventory, Image
+from reconciler.model.vm import VmSpec
+
+
+class Hypervisor(Protocol):
+    @property
+    def name(self) -> str:
+        """The host's name from fleet.yaml."""
+        ...
+
+    def observe(self) -> HostInventory:
+        """Every domain on the host with its state and owner (None if foreign).
+
+        Cost: 1 list RPC + 1 metadata read per domain. Raises TransientError
+        when the host cannot be read; callers mark it unreachable.
+        """
+        ...
+
+    def ensure_image(self, image: Image, local_file: Path) -> None:
+        """Make ``base-<key>.<format>`` in the pool match ``image``.
+
+        Uploads ``local_file`` (already sha256-verified) unless the marker says
+        the same checksum is there. Raises PermanentError when the base must
+        change but overlays still use it. Cost: a few RPCs, plus the upload.
+        """
+        ...
+
+    def create(self, spec: VmSpec) -> None:
+        """Overlay, seed ISO (always rebuilt), define and start. Idempotent."""
+        ...
+
+    def start(self, domain: str) -> None:
+        """Start a defined, shut-off domain."""
+        ...
+
+    def delete(self, domain: str) -> None:
+        """Destroy, undefine (with NVRAM), remove overlay and seed. Gone already: no error."""
+        ...
+
+    def addresses(self, domain: str) -> tuple[str, ...]:
+        """IPv4 addresses: guest agent first, then the host's ARP table / DHCP leases."""
+        ...
+
+    def close(self) -> None:
+        """Drop the SSH connection; the next call dials again."""
+        ...
