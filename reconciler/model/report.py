@@ -1,0 +1,100 @@
+"""What one reconcile run found and did: produced by the engine, consumed by the
+status writer, the metrics exporter and the CLI.
+
+Times are timezone-aware UTC datetimes supplied by an injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from reconciler.model.plan import Action, Plan
+
+
+class RunResult(StrEnum):
+    SUCCESS = "success"
+    """Everything planned was applied (blocked actions may remain)."""
+    PARTIAL = "partial"
+    """Some actions failed; the rest were applied."""
+    STALLED = "stalled"
+    """Nothing was attempted: the source or the manifests are unusable."""
+    FAILED = "failed"
+    """The run itself broke (a bug or an unexpected error); nothing is assumed."""
+
+
+class ActionResult(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    """Not started: shutdown requested, or a prerequisite failed."""
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    """Ready, Reconciling or Stalled."""
+    status: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutcome:
+    action: Action
+    result: ActionResult
+    error: str = ""
+    attempts: int = 1
+    duration_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyStatus:
+    name: str
+    host: str = ""
+    domain: str = ""
+    state: str = "absent"
+    """A DomainState value, "absent", "unknown" (host unreachable) or "failed"."""
+    ip: str = ""
+    health: Health = Health.UNKNOWN
+    detail: str = ""
+    """Why unhealthy / failed, in one sentence."""
+    zone: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HostStatus:
+    name: str
+    reachable: bool
+    error: str = ""
+    zone: str = ""
+    owned: int = 0
+    foreign: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    started: datetime
+    finished: datetime
+    result: RunResult
+    revision: str = ""
+    """The commit this run reconciled ("" when the source failed before one was known)."""
+    problems: tuple[str, ...] = ()
+    """Validation / source errors, one line each (file:line:col: field: message)."""
+    plan: Plan | None = None
+    outcomes: tuple[ActionOutcome, ...] = ()
+    proxies: tuple[ProxyStatus, ...] = ()
+    hosts: tuple[HostStatus, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+    suspended: bool = False
+
+    @property
+    def duration_seconds(self) -> float:
+        return (self.finished - self.started).total_seconds()
