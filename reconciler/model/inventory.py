@@ -22,8 +22,9 @@ class DomainState(StrEnum):
 class Owner:
     """The proxyfleet ``<metadata>`` element of a domain.
 
-    ``fleet``, ``proxy`` and ``digest`` decide ownership and drift; the rest is
-    provenance recorded at creation (empty when unknown).
+    ``fleet``, ``proxy`` and ``digest`` decide ownership and drift; ``protect``
+    guards a VM whose manifest is gone; the rest is provenance recorded at
+    creation (empty when unknown).
     """
 
     fleet: str
@@ -33,6 +34,9 @@ class Owner:
     image_sha256: str = ""
     revision: str = ""
     created: str = ""
+    protect: bool = False
+    """``lifecycle.protect`` as it was when the VM was created: the only way a
+    plan can still honour it once the manifest is gone."""
 
 
 @dataclass(frozen=True, slots=True)
