@@ -6,6 +6,7 @@ where the outside world is met (an adapter), and never re-classified above it::
     ProxyfleetError
     ├── InvalidInput            bad YAML, schema or semantic error; carries Problems
     ├── ConfigError             the daemon's own config is unusable
+    ├── SourceError             the fleet repo cannot be fetched or its head is refused
     └── HostError               anything that went wrong talking to a hypervisor
         ├── TransientError      retry with backoff: link down, timeout, busy
         ├── PermanentError      report and stop retrying: bad key, refused host key,
@@ -106,3 +107,14 @@ class PermanentError(HostError):
 
 class NotFoundError(HostError):
     """The domain, volume or pool asked for does not exist."""
+
+
+class SourceError(ProxyfleetError):
+    """The fleet repo cannot be used: never fetched, or its head refused (verifyCommits).
+
+    ``revision`` names the refused commit when one is known.
+    """
+
+    def __init__(self, message: str, *, revision: str = "") -> None:
+        self.revision = revision
+        super().__init__(message)

@@ -51,3 +51,100 @@ class ApplySettings:
     """Seconds between polls for an IP or a health check that is not there yet."""
     check_concurrency: int = 8
     """Proxies checked (IP lookup + probe) at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepoSettings:
+    """Where the fleet repo lives and how to trust it."""
+
+    url: str = ""
+    """ssh (``git@host:org/fleet.git``, ``ssh://``), ``https://``, ``file://`` or a local path."""
+    branch: str = "main"
+    """The branch whose head is reconciled."""
+    path: str = "."
+    """Directory of ``fleet.yaml`` inside the repo, relative to its root."""
+    ssh_key_file: Path | None = None
+    """Private key for ssh URLs (``GIT_SSH_COMMAND -i``); None: ssh's own defaults."""
+    known_hosts_file: Path | None = None
+    """known_hosts for the git server (strictly checked when set)."""
+    verify_commits: bool = False
+    """Refuse a head that ``git verify-commit`` rejects (Stalled, nothing applied)."""
+    allowed_signers_file: Path | None = None
+    """``gpg.ssh.allowedSignersFile`` for SSH-signed commits; needed with verify_commits."""
+    fetch_timeout: float = 120.0
+    """Seconds a clone or fetch may take before it is killed and reported."""
+
+    @property
+    def local_path(self) -> Path | None:
+        """The directory when the repo is on this machine (a path or ``file://``), else None."""
+        if self.url.startswith("file://"):
+            return Path(self.url.removeprefix("file://"))
+        if self.url.startswith("/") or self.url.startswith("."):
+            return Path(self.url)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenSettings:
+    """The HTTP endpoint for /metrics, /healthz and /hook."""
+
+    host: str = "127.0.0.1"
+    port: int = 9477
+    """0 picks a free port (tests)."""
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    secret_file: Path | None = None
+    """File holding the shared HMAC secret (whitespace stripped). None: POST /hook answers 404."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSettings:
+    """The status written back to the repo."""
+
+    enabled: bool = True
+    branch: str = "proxyfleet-status"
+    """A branch of its own (orphan) so that pushes to the fleet branch never race with ours."""
+    path: str = ".proxyfleet"
+    """Directory for status.yaml and STATUS.md inside that branch."""
+    history: int = 10
+    """How many past runs the status keeps."""
+    push_attempts: int = 3
+    """Tries when the remote rejects a push (fetch, regenerate on top, push again; never forced)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    level: str = "info"
+    """debug, info, warning or error (``-v`` on the command line forces debug)."""
+    format: str = "logfmt"
+    """logfmt or json."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencySettings:
+    per_host: int = 2
+    """Actions running at the same time on one host (hosts themselves run in parallel)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSettings:
+    """Everything in /etc/proxyfleet/proxyfleet.yaml."""
+
+    repo: RepoSettings = RepoSettings()
+    interval: float = 300.0
+    """Seconds between scheduled reconciles."""
+    jitter: float = 0.1
+    """Fraction of ``interval`` each wait varies by, up or down, so fleets do not beat in step."""
+    ssh: SshSettings = SshSettings()
+    listen: ListenSettings = ListenSettings()
+    webhook: WebhookSettings = WebhookSettings()
+    status: StatusSettings = StatusSettings()
+    log: LogSettings = LogSettings()
+    concurrency: ConcurrencySettings = ConcurrencySettings()
+    state_dir: Path = Path("/var/lib/proxyfleet")
+    """Checkouts and the image cache; systemd's StateDirectory."""
