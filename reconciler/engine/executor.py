@@ -1,0 +1,311 @@
+"""Step 5 of a cycle: carry a Plan out and say how each action went.
+
+The executor never decides anything: the planner did. It runs the plan's
+mutating actions (create, start, replace, delete) in parallel across hosts,
+at most ``per_host_concurrency`` at a time on one host, and turns every
+result, including a bug, into an ``ActionOutcome``. Keep, blocked and abandon
+make no call at all.
+
+- create: fetch the image into the local cache (once per run), make the host's
+  base volume match it (once per host and image per run), then ``create``.
+- start: ``start``.
+- delete: ``delete``; a domain already gone counts as deleted.
+- replace: create the new VM, wait until it has an IP and passes its health
+  check (``replace_timeout``), and only then delete the old one. A new VM that
+  never gets healthy leaves the old one running and the outcome failed.
+
+Transient host errors are retried with backoff (reconciler.engine.retry);
+permanent ones fail the action with their message. Once ``runtime.stop`` is
+set, actions in flight finish and the rest are SKIPPED.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from reconciler.adapters.host import Hypervisor
+from reconciler.core.naming import resolve_image
+from reconciler.engine.check import Prober, check_vm
+from reconciler.engine.retry import Attempts, call_with_retry
+from reconciler.engine.runtime import Runtime
+from reconciler.errors import HostError, NotFoundError
+from reconciler.model import Action, ActionKind, Host, Image, MachineType, Owner, Plan, Proxy, Repo
+from reconciler.model.plan import MUTATING
+from reconciler.model.report import ActionOutcome, ActionResult, Health
+from reconciler.model.settings import ApplySettings
+from reconciler.model.vm import VmSpec
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class FetchedImage(Protocol):
+    """A base image in the local cache, its checksum verified while downloading."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+
+class ImageSource(Protocol):
+    """The local image cache (reconciler.adapters.download.ImageCache)."""
+
+    def fetch(self, image: Image) -> FetchedImage: ...
+
+
+class ActionFailed(Exception):
+    """An action cannot go on; the message is the outcome's reason."""
+
+
+@dataclass(slots=True)
+class _Once:
+    """A value computed by the first caller and shared (or its error re-raised)."""
+
+    lock: threading.Lock
+    done: bool = False
+    value: object = None
+    error: BaseException | None = None
+
+
+class Executor:
+    """Carries out one plan. Build one per run: its image memo lives for one run."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        hosts: Mapping[str, Hypervisor],
+        *,
+        images: ImageSource,
+        prober: Prober,
+        revision: str,
+        settings: ApplySettings,
+        runtime: Runtime,
+    ) -> None:
+        self._repo = repo
+        self._hosts = hosts
+        self._images = images
+        self._prober = prober
+        self._revision = revision
+        self._settings = settings
+        self._runtime = runtime
+        self._memo_lock = threading.Lock()
+        self._memo: dict[tuple[str, ...], _Once] = {}
+
+    def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
+        """One outcome per mutating action of ``plan``, in plan order."""
+        actions = [a for a in plan.actions if a.kind in MUTATING]
+        queues: dict[str, deque[int]] = {}
+        for index, action in enumerate(actions):
+            queues.setdefault(action.host or "", deque()).append(index)
+        results: dict[int, ActionOutcome] = {}
+        workers = [
+            (host, queue)
+            for host, queue in sorted(queues.items())
+            for _ in range(min(max(1, self._settings.per_host_concurrency), len(queue)))
+        ]
+        if not workers:
+            return ()
+        lock = threading.Lock()
+
+        def work(queue: deque[int]) -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    index = queue.popleft()
+                outcome = self._run_guarded(actions[index])
+                with lock:
+                    results[index] = outcome
+
+        with ThreadPoolExecutor(len(workers), thread_name_prefix="apply") as pool:
+            futures = [pool.submit(work, queue) for _, queue in workers]
+            for future in futures:
+                future.result()
+        return tuple(results[i] for i in range(len(actions)))
+
+    # -- one action ---------------------------------------------------------------
+
+    def _run_guarded(self, action: Action) -> ActionOutcome:
+        if self._runtime.stop.is_set():
+            return ActionOutcome(
+                action,
+                ActionResult.SKIPPED,
+                error="not started: shutdown requested",
+                attempts=0,
+            )
+        attempts = Attempts()
+        started = self._runtime.monotonic()
+        result, error = ActionResult.SUCCEEDED, ""
+        try:
+            self._run(action, attempts)
+        except (ActionFailed, HostError) as exc:
+            result, error = ActionResult.FAILED, str(exc)
+            log.warning("%s failed: %s", _describe(action), error)
+        except Exception as exc:  # a bug must not stop the other actions
+            result, error = ActionResult.FAILED, f"{type(exc).__name__}: {exc}"
+            log.error("%s failed unexpectedly: %s", _describe(action), error, exc_info=True)
+        else:
+            log.info("%s succeeded.", _describe(action))
+        return ActionOutcome(
+            action,
+            result,
+            error=error,
+            attempts=1 + attempts.retries,
+            duration_seconds=self._runtime.monotonic() - started,
+        )
+
+    def _run(self, action: Action, attempts: Attempts) -> None:
+        host = self._host(action.host)
+        domain = _required(action.domain, "domain", action)
+        if action.kind is ActionKind.CREATE:
+            self._create(action, host, domain, attempts)
+        elif action.kind is ActionKind.START:
+            self._call(f"start {domain} on {host.name}", lambda: host.start(domain), attempts)
+        elif action.kind is ActionKind.DELETE:
+            self._delete(host, domain, attempts)
+        elif action.kind is ActionKind.REPLACE:
+            self._replace(action, host, domain, attempts)
+        else:  # not reached: run() keeps only mutating actions
+            raise ActionFailed(f"the executor does not carry out {action.kind} actions")
+
+    def _create(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
+        proxy, host_cfg, image, machine = self._resolve(action)
+        fetched = self._once(
+            ("fetch", image.key),
+            lambda: self._call(
+                f"fetch image {image.key}", lambda: self._images.fetch(image), attempts
+            ),
+        )
+        self._once(
+            ("ensure", host.name, image.key),
+            lambda: self._call(
+                f"upload image {image.key} to {host.name}",
+                lambda: host.ensure_image(image, fetched.path),
+                attempts,
+            ),
+        )
+        spec = VmSpec(
+            domain=domain,
+            proxy=proxy.name,
+            host=host_cfg,
+            image=image,
+            machine_type=machine,
+            cloud_init=proxy.cloud_init,
+            install_guest_agent=proxy.install_guest_agent,
+            owner=Owner(
+                fleet=self._repo.fleet.name,
+                proxy=proxy.name,
+                digest=_required(action.digest, "digest", action),
+                image_key=image.key,
+                image_sha256=fetched.sha256,
+                revision=self._revision,
+                created=self._runtime.clock().isoformat(timespec="seconds"),
+                protect=proxy.lifecycle.protect,
+            ),
+        )
+        self._call(f"create {domain} on {host.name}", lambda: host.create(spec), attempts)
+
+    def _replace(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
+        old = action.replaces
+        if old is None:
+            raise ActionFailed("replace names no VM to replace")
+        self._create(action, host, domain, attempts)
+        proxy = self._repo.proxy(_required(action.proxy, "proxy", action))
+        assert proxy is not None  # _create resolved it
+        timeout = self._settings.replace_timeout
+        checked = check_vm(
+            host,
+            domain,
+            proxy.health,
+            self._prober,
+            wait=timeout,
+            settings=self._settings,
+            runtime=self._runtime,
+        )
+        if checked.health is not Health.HEALTHY:
+            why = checked.detail or "no health check passed"
+            if self._runtime.stop.is_set():
+                why = f"shutdown requested while waiting ({why})"
+            raise ActionFailed(
+                f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
+                f"old VM {old.domain} on {old.host} kept"
+            )
+        log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
+        self._delete(self._host(old.host), old.domain, attempts)
+
+    def _delete(self, host: Hypervisor, domain: str, attempts: Attempts) -> None:
+        try:
+            self._call(f"delete {domain} on {host.name}", lambda: host.delete(domain), attempts)
+        except NotFoundError:
+            log.info("Domain %s on %s was already gone.", domain, host.name)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], T], attempts: Attempts) -> T:
+        return call_with_retry(
+            what, fn, settings=self._settings, runtime=self._runtime, attempts=attempts
+        )
+
+    def _once(self, key: tuple[str, ...], fn: Callable[[], T]) -> T:
+        """``fn()`` once per key and run; concurrent callers wait for the first."""
+        with self._memo_lock:
+            entry = self._memo.setdefault(key, _Once(threading.Lock()))
+        with entry.lock:
+            if not entry.done:
+                try:
+                    entry.value = fn()
+                except Exception as exc:  # noqa: BLE001 - re-raised to every caller below
+                    entry.error = exc
+                entry.done = True
+        if entry.error is not None:
+            raise entry.error
+        return entry.value  # type: ignore[return-value]
+
+    def _host(self, name: str | None) -> Hypervisor:
+        host = self._hosts.get(name or "")
+        if host is None:
+            raise ActionFailed(f"no connection to host {name!r}")
+        return host
+
+    def _resolve(self, action: Action) -> tuple[Proxy, Host, Image, MachineType]:
+        """What the VM of ``action`` is made of, from the repo the plan came from."""
+        fleet = self._repo.fleet
+        name = _required(action.proxy, "proxy", action)
+        proxy = self._repo.proxy(name)
+        if proxy is None:
+            raise ActionFailed(f"proxy {name} is not in the repo")
+        host = fleet.host(_required(action.host, "host", action))
+        if host is None:
+            raise ActionFailed(f"host {action.host} is not in fleet.yaml")
+        image = resolve_image(fleet, proxy.placement.image)
+        if image is None:
+            raise ActionFailed(f"image {proxy.placement.image!r} is not in fleet.yaml")
+        machine = fleet.machine_type(proxy.placement.machine_type)
+        if machine is None:
+            raise ActionFailed(
+                f"machine type {proxy.placement.machine_type!r} is not in fleet.yaml"
+            )
+        return proxy, host, image, machine
+
+
+def _required(value: str | None, what: str, action: Action) -> str:
+    if not value:
+        raise ActionFailed(f"the plan's {action.kind} action has no {what}")
+    return value
+
+
+def _describe(action: Action) -> str:
+    target = f"{action.domain} on {action.host}"
+    if action.kind is ActionKind.REPLACE and action.replaces is not None:
+        return f"Replace of {action.replaces.domain} by {target}"
+    return f"{action.kind.value.capitalize()} of {target}"

@@ -1,0 +1,42 @@
+"""What the engine takes from the outside world besides hosts: time, chance, a stop flag.
+
+Everything is injected so that tests drive time with a fake clock and a fake
+sleep, and so that a retry's jitter is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Time, randomness and the stop request, as the engine sees them.
+
+    ``clock`` gives timezone-aware UTC wall time (recorded in reports and VM
+    metadata); ``monotonic`` measures deadlines and durations in seconds;
+    ``sleep`` waits (production passes ``stop.wait`` so that a shutdown cuts a
+    backoff short); ``random`` returns a float in [0, 1) for jitter. ``stop``,
+    once set, lets the action in flight finish and starts no new one.
+    """
+
+    clock: Callable[[], datetime] = utc_now
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], object] = time.sleep
+    random: Callable[[], float] = random.random
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def interruptible(cls, stop: threading.Event | None = None) -> Runtime:
+        """The production runtime: real time, and sleeps that a stop request wakes."""
+        event = stop if stop is not None else threading.Event()
+        return cls(sleep=event.wait, stop=event)
