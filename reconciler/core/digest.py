@@ -1,0 +1,99 @@
+"""The spec digest: one sha256 over exactly what needs a new VM to take effect.
+
+Cloud-init runs once, at first boot, so a VM cannot follow a changed spec: it
+has to be replaced. The digest is how the planner notices. It covers, and only
+covers (docs/planning.md keeps the operator's copy of this list):
+
+- the resolved image: ``url``, ``sha256``, ``format``, ``firmware``
+  (not its key: renaming a key in fleet.yaml replaces nothing);
+- the resolved machine type: ``vcpus``, ``memoryMiB``, ``diskGiB``
+  (not its key);
+- ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as written;
+- ``installGuestAgent``;
+- the network of the host the VM runs on (``bridge``/``network`` and its name).
+
+The network is a property of the *host*, so the digest is computed per
+(proxy, host): for an existing VM against the host it runs on, for a new VM
+against the host placement chose. A proxy never has "a" digest without a host,
+which is why a replacement that lands on another host than its predecessor is
+still judged against the network it really plugs into.
+
+Health, labels, lifecycle, placement (zone, pin), and the host's domainType and
+cpuMode do not change it: they apply to new VMs only, or to nothing in the guest.
+
+The encoding is canonical JSON (sorted keys, no whitespace, UTF-8) with a
+version field, hashed with sha256. Changing the encoding or the field list
+changes every digest and so replaces every VM: ``VERSION`` is bumped never
+lightly, and tests/test_digest.py pins a known value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Final
+
+from reconciler.model import CloudInit, Fleet, Host, HostNetwork, Image, MachineType, Proxy
+
+VERSION: Final = 1
+"""Bumped only when the canonical encoding changes; bumping it replaces every VM."""
+
+
+def spec_digest(
+    *,
+    image: Image,
+    machine_type: MachineType,
+    cloud_init: CloudInit,
+    install_guest_agent: bool,
+    network: HostNetwork,
+) -> str:
+    """The sha256 hex digest of the fields listed in the module docstring."""
+    document = {
+        "v": VERSION,
+        "image": {
+            "url": image.url,
+            "sha256": image.sha256,
+            "format": image.format.value,
+            "firmware": image.firmware.value,
+        },
+        "machineType": {
+            "vcpus": machine_type.vcpus,
+            "memoryMiB": machine_type.memory_mib,
+            "diskGiB": machine_type.disk_gib,
+        },
+        "cloudInit": {
+            "userData": cloud_init.user_data,
+            "vendorData": cloud_init.vendor_data,
+            "networkConfig": cloud_init.network_config,
+        },
+        "installGuestAgent": install_guest_agent,
+        "network": {"kind": network.kind, "name": network.name},
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+def proxy_digest(
+    fleet: Fleet,
+    proxy: Proxy,
+    host: Host,
+    *,
+    image: Image | None,
+) -> str | None:
+    """The digest ``proxy`` would have on ``host``, or None if its machine type is unknown.
+
+    ``image`` is the already resolved ``placement.image`` (a key of
+    ``spec.images`` or a synthetic image for a direct URL); None means it did
+    not resolve. A loaded repo never has either gap; None lets the planner
+    block instead of crash if it ever does.
+    """
+    machine_type = fleet.machine_type(proxy.placement.machine_type)
+    if image is None or machine_type is None:
+        return None
+    return spec_digest(
+        image=image,
+        machine_type=machine_type,
+        cloud_init=proxy.cloud_init,
+        install_guest_agent=proxy.install_guest_agent,
+        network=host.network,
+    )

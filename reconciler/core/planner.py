@@ -1,0 +1,324 @@
+"""The planner: desired state + inventory -> Plan. Pure: no I/O, no clock, no randomness.
+
+``plan(repo, inventory)`` decides, for every proxy and every owned VM, one
+action: create, keep, start, replace, delete, blocked (a safety rule stopped a
+mutating action; ``blocks`` says which) or abandon. The policy is
+``repo.fleet.policy``. docs/planning.md is the operator's description of every
+rule and reason text; the tests in tests/plan_cases/ hold one case per rule.
+
+The order of the plan is part of its contract (the CLI prints it, tests pin
+it): proxies by name, each with its VMs (the kept one first, then by name and
+host); then VMs whose manifest is gone, by host and domain; then abandoned VMs,
+by host and domain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reconciler.core.digest import proxy_digest
+from reconciler.model import (
+    Action,
+    ActionKind,
+    DomainRef,
+    DomainState,
+    DriftMode,
+    Fleet,
+    Host,
+    Image,
+    Inventory,
+    Plan,
+    Proxy,
+    Repo,
+)
+
+CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
+REPLACE, DELETE = ActionKind.REPLACE, ActionKind.DELETE
+BLOCKED, ABANDON = ActionKind.BLOCKED, ActionKind.ABANDON
+MUTATING = frozenset({CREATE, START, REPLACE, DELETE})
+
+SUSPENDED = "the fleet is suspended (policy.suspend)"
+PROTECTED = "protected (lifecycle.protect)"
+PRUNE_OFF = "its manifest is gone but prune is off"
+EMPTY = "the desired set is empty and allowEmpty is false"
+
+
+def plan(repo: Repo, inventory: Inventory) -> Plan:
+    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``."""
+    return _Planner(repo, inventory).run()
+
+
+@dataclass(frozen=True, slots=True)
+class _Vm:
+    """A domain this fleet owns, on a reachable host of fleet.yaml."""
+
+    proxy: str
+    host: str
+    name: str
+    state: DomainState
+    digest: str
+    protect: bool
+
+    @property
+    def ref(self) -> DomainRef:
+        return DomainRef(host=self.host, domain=self.name)
+
+    def action(self, kind: ActionKind, reason: str) -> Action:
+        return Action(
+            kind=kind,
+            reason=reason,
+            proxy=self.proxy,
+            host=self.host,
+            domain=self.name,
+            digest=self.digest,
+        )
+
+
+def _block(action: Action, reason: str) -> Action:
+    """The same action, stopped by a safety rule."""
+    return dataclasses.replace(action, kind=BLOCKED, blocks=action.kind, reason=reason)
+
+
+def _preference(vm: _Vm) -> tuple[bool, str, str]:
+    """Which of several VMs of one proxy is kept: a running one first, then by name, host."""
+    return (vm.state is not DomainState.RUNNING, vm.name, vm.host)
+
+
+class _Planner:
+    """One planning pass. Its state (host load) lives only as long as ``plan`` runs."""
+
+    def __init__(self, repo: Repo, inventory: Inventory) -> None:
+        self.repo = repo
+        self.fleet = repo.fleet
+        self.policy = repo.fleet.policy
+        self.hosts: dict[str, Host] = {h.name: h for h in self.fleet.hosts}
+        self.zones: dict[str, list[str]] = defaultdict(list)
+        for host in sorted(self.hosts.values(), key=lambda h: h.name):
+            self.zones[host.zone].append(host.name)
+        self.reachable = frozenset(
+            h.name for h in inventory.hosts if h.reachable and h.name in self.hosts
+        )
+        self.owned: dict[str, list[_Vm]] = defaultdict(list)
+        self.taken: dict[str, dict[str, bool]] = defaultdict(dict)  # host -> name -> foreign?
+        self.load: Counter[str] = Counter()  # owned VMs + creates planned so far, per host
+        self.abandoned: list[Action] = []
+        self._observe(inventory)
+
+    def _observe(self, inventory: Inventory) -> None:
+        for host in sorted(inventory.hosts, key=lambda h: h.name):
+            if not host.reachable:
+                continue  # its VMs are unknown, never absent
+            for domain in sorted(host.domains, key=lambda d: d.name):
+                owner = domain.owner
+                vm = None
+                if owner is not None and owner.fleet == self.fleet.name:
+                    vm = _Vm(
+                        owner.proxy,
+                        host.name,
+                        domain.name,
+                        domain.state,
+                        owner.digest,
+                        owner.protect,
+                    )
+                if host.name not in self.hosts:
+                    if vm is not None:
+                        reason = f"host {host.name} is no longer in fleet.yaml; left alone"
+                        self.abandoned.append(vm.action(ABANDON, reason))
+                    continue
+                self.taken[host.name][domain.name] = vm is None
+                if vm is not None:
+                    self.owned[vm.proxy].append(vm)
+                    self.load[host.name] += 1
+
+    def run(self) -> Plan:
+        proposed: list[Action] = []
+        for proxy in sorted(self.repo.proxies, key=lambda p: p.name):
+            proposed.extend(self._proxy(proxy))
+        desired = {p.name for p in self.repo.proxies}
+        orphans = [vm for name, vms in self.owned.items() if name not in desired for vm in vms]
+        for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
+            proposed.append(self._orphan(vm))
+        actions = self._gate_deletes(proposed)
+        if self.policy.suspend:
+            actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
+        return Plan(actions=(*actions, *self.abandoned))
+
+    # -- one proxy ---------------------------------------------------------------------------
+
+    def _proxy(self, proxy: Proxy) -> list[Action]:
+        image = resolve_image(self.fleet, proxy.placement.image)
+        vms = self.owned.get(proxy.name, [])
+        digests = {h: self._digest(proxy, image, h) for h in {vm.host for vm in vms}}
+        current = [vm for vm in vms if vm.digest == digests[vm.host]]
+        stale = [vm for vm in vms if vm.digest != digests[vm.host]]
+        if current:
+            return self._settle(proxy, current, stale)
+        if stale:
+            return self._replace(proxy, image, stale)
+        return [self._create(proxy, image)]
+
+    def _digest(self, proxy: Proxy, image: Image | None, host: str) -> str | None:
+        return proxy_digest(self.fleet, proxy, self.hosts[host], image=image)
+
+    def _settle(self, proxy: Proxy, current: list[_Vm], stale: list[_Vm]) -> list[Action]:
+        """The proxy has a VM with the current digest: keep it, delete the rest safely."""
+        keeper, *duplicates = sorted(current, key=_preference)
+        actions = [self._keep(proxy, keeper)]
+        for vm in sorted(duplicates, key=lambda v: (v.name, v.host)):
+            why = f"duplicate of {keeper.name} on {keeper.host}"
+            actions.append(self._delete(proxy, vm, why))
+        for vm in sorted(stale, key=lambda v: (v.name, v.host)):
+            if keeper.state is DomainState.RUNNING or proxy.lifecycle.protect:
+                why = f"replaced by {keeper.name} on {keeper.host}, which is running"
+                actions.append(self._delete(proxy, vm, why))
+            else:
+                why = f"waiting for the replacement {keeper.name} on {keeper.host} to run"
+                actions.append(_block(vm.action(DELETE, ""), why))
+        return actions
+
+    def _keep(self, proxy: Proxy, vm: _Vm) -> Action:
+        state = vm.state
+        if state is DomainState.RUNNING:
+            return vm.action(KEEP, "up to date")
+        if state is DomainState.SHUTOFF:
+            if self.policy.drift is DriftMode.CORRECT:
+                return vm.action(START, "shut off; drift: correct starts it")
+            return vm.action(KEEP, "shut off; drift: detect only reports it")
+        if state is DomainState.PAUSED:
+            return vm.action(KEEP, "paused; left as it is (resume it by hand)")
+        if state is DomainState.CRASHED:
+            return vm.action(KEEP, "crashed; left for inspection")
+        return vm.action(KEEP, f"in state {state.value}; left as it is")
+
+    def _delete(self, proxy: Proxy, vm: _Vm, reason: str) -> Action:
+        action = vm.action(DELETE, reason)
+        return _block(action, PROTECTED) if proxy.lifecycle.protect else action
+
+    def _replace(self, proxy: Proxy, image: Image | None, stale: list[_Vm]) -> list[Action]:
+        """No VM has the current digest: one new VM first; the old ones go once it runs."""
+        old, *others = sorted(stale, key=_preference)
+        new = self._new_vm(proxy, image, prefer=old.host, replaces=old)
+        why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
+        others.sort(key=lambda v: (v.name, v.host))
+        return [new, *(_block(vm.action(DELETE, ""), why) for vm in others)]
+
+    def _create(self, proxy: Proxy, image: Image | None) -> Action:
+        return self._new_vm(proxy, image, prefer=None, replaces=None)
+
+    def _new_vm(
+        self, proxy: Proxy, image: Image | None, *, prefer: str | None, replaces: _Vm | None
+    ) -> Action:
+        """A CREATE (or, with ``replaces``, a REPLACE) placed and named, or why it cannot be."""
+        kind = CREATE if replaces is None else REPLACE
+        intent = Action(
+            kind=kind,
+            reason="",
+            proxy=proxy.name,
+            replaces=replaces.ref if replaces is not None else None,
+        )
+        if replaces is not None and proxy.lifecycle.protect:
+            return _block(intent, PROTECTED)
+        unknown = self._unreachable_for(proxy)
+        if unknown is not None:
+            what = "its VM" if replaces is None else "a replacement"
+            return _block(intent, f"host {unknown} is unreachable; {what} may already run there")
+        host, why = self._place(proxy, prefer=prefer)
+        if host is None:
+            return _block(intent, why)
+        digest = self._digest(proxy, image, host)
+        if digest is None:
+            return _block(intent, "its image or machine type does not resolve in fleet.yaml")
+        name = domain_name(self.fleet.name, proxy.name, digest)
+        intent = dataclasses.replace(intent, host=host, domain=name, digest=digest)
+        if len(name) > MAX_DOMAIN_NAME:
+            return _block(intent, f"domain name is longer than {MAX_DOMAIN_NAME} characters")
+        if name in self.taken[host]:
+            holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"
+            return _block(intent, f"the domain name is held by {holder} on {host}")
+        self.load[host] += 1
+        if replaces is not None:
+            why = (
+                f"spec changed ({replaces.digest[:8]} -> {digest[:8]}) {why}; "
+                f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
+            )
+        return dataclasses.replace(intent, reason=f"new VM {why}")
+
+    def _unreachable_for(self, proxy: Proxy) -> str | None:
+        """The first unreachable host where a VM of ``proxy`` could be: its zone's, or its pin."""
+        where = set(self.zones.get(proxy.placement.zone, ()))
+        if proxy.placement.host is not None:
+            where.add(proxy.placement.host)
+        return next((h for h in sorted(where) if h not in self.reachable), None)
+
+    def _place(self, proxy: Proxy, *, prefer: str | None) -> tuple[str | None, str]:
+        """The host a new VM goes to (and why), or None and the reason there is none."""
+        zone, pin = proxy.placement.zone, proxy.placement.host
+        if pin is not None:
+            if pin not in self.hosts:
+                return None, f"pinned host {pin} is not in fleet.yaml"
+            candidates = [pin]
+        else:
+            candidates = self.zones.get(zone, [])
+            if not candidates:
+                return None, f"zone {zone} has no hosts in fleet.yaml"
+        free = [h for h in candidates if h in self.reachable and self._has_room(h)]
+        if prefer in free:
+            return prefer, f"on {prefer}, beside the VM it replaces"
+        if not free:
+            if pin is not None:
+                return None, f"pinned host {pin} is full (maxProxies {self._max(pin)})"
+            return None, f"zone {zone} has no host with free capacity (maxProxies)"
+        best = min(free, key=lambda h: (self.load[h], h))
+        if pin is not None:
+            return best, f"on pinned host {best}"
+        return best, f"on {best}, the least loaded host of zone {zone} ({self.load[best]} VMs)"
+
+    def _max(self, host: str) -> int | None:
+        return self.hosts[host].max_proxies
+
+    def _has_room(self, host: str) -> bool:
+        limit = self._max(host)
+        return limit is None or self.load[host] < limit
+
+    # -- VMs without a manifest, and the delete gates ------------------------------------
+
+    def _orphan(self, vm: _Vm) -> Action:
+        action = vm.action(DELETE, f"no manifest for proxy {vm.proxy}")
+        if vm.protect:
+            return _block(action, PROTECTED)
+        if not self.policy.prune:
+            return _block(action, PRUNE_OFF)
+        return action
+
+    def _gate_deletes(self, proposed: Iterable[Action]) -> list[Action]:
+        """An empty desired set, then maxDeletesPerRun: which deletes may go, by host and domain."""
+        actions = list(proposed)
+        if not self.repo.proxies and not self.policy.allow_empty:
+            return [_block(a, EMPTY) if a.kind is DELETE else a for a in actions]
+        deletes = sorted((a.host or "", a.domain or "") for a in actions if a.kind is DELETE)
+        allowed = set(deletes[: max(self.policy.max_deletes_per_run, 0)])
+        limit = f"beyond maxDeletesPerRun ({self.policy.max_deletes_per_run})"
+        return [
+            _block(a, limit)
+            if a.kind is DELETE and (a.host or "", a.domain or "") not in allowed
+            else a
+            for a in actions
+        ]
+
+
+# -- stand-ins until reconciler.core.naming and resolve_image land (issue 2) ------------------
+
+MAX_DOMAIN_NAME = 63
+
+
+def domain_name(fleet: str, proxy: str, digest: str) -> str:
+    return f"pf-{fleet}-{proxy}-{digest[:8]}"
+
+
+def resolve_image(fleet: Fleet, placement_image: str) -> Image | None:
+    if placement_image.startswith("https://"):
+        return Image(key="url", url=placement_image)
+    return fleet.image(placement_image)
