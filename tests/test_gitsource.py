@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from gitutil import Remote, git, make_remote
+
+from reconciler.adapters.gitsource import GitSource, redact
+from reconciler.errors import SourceError
+from reconciler.model.settings import RepoSettings
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    return make_remote(tmp_path)
+
+
+def source_for(remote: Remote, tmp_path: Path, **kw: object) -> GitSource:
+    settings = RepoSettings(url=remote.url, branch="main", **kw)  # type: ignore[arg-type]
+    return GitSource(settings, tmp_path / "state" / "repo")
+
+
+def test_first_sync_checks_out_the_head_of_the_branch(remote: Remote, tmp_path: Path) -> None:
+    head = git(remote.work, "rev-parse", "HEAD")
+    checkout = source_for(remote, tmp_path).sync()
+    assert checkout.revision == head
+    assert (checkout.root / "fleet.yaml").read_text() == "kind: Fleet\n"
+    assert checkout.fetch_error == ""
+
+
+def test_a_pushed_commit_is_the_next_revision_and_local_edits_are_wiped(
+    remote: Remote, tmp_path: Path
+) -> None:
+    source = source_for(remote, tmp_path)
+    first = source.sync()
+    (first.root / "fleet.yaml").write_text("tampered\n")
+    (first.root / "stray.yaml").write_text("x: 1\n")
+    second_rev = remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
+    second = source.sync()
+    assert second.revision == second_rev != first.revision
+    assert (second.root / "fleet.yaml").read_text() == "kind: Fleet\n"
+    assert (second.root / "proxies" / "a.yaml").exists()
+    assert not (second.root / "stray.yaml").exists()
+
+
+def test_the_repo_path_points_into_a_subdirectory(remote: Remote, tmp_path: Path) -> None:
+    remote.commit({"fleets/prod/fleet.yaml": "kind: Fleet\n"}, "Move")
+    checkout = source_for(remote, tmp_path, path="fleets/prod").sync()
+    assert checkout.root.name == "prod"
+    assert (checkout.root / "fleet.yaml").exists()
+
+
+def test_a_failed_fetch_keeps_the_last_good_revision_and_reports_it(
+    remote: Remote, tmp_path: Path
+) -> None:
+    source = source_for(remote, tmp_path)
+    good = source.sync()
+    remote.bare.rename(remote.bare.with_name("moved.git"))
+    again = source.sync()
+    assert again.revision == good.revision
+    assert "fetching file://" in again.fetch_error
+    assert "failed" in again.fetch_error
+
+
+def test_a_first_fetch_that_fails_raises_a_source_error(tmp_path: Path) -> None:
+    source = GitSource(RepoSettings(url=f"file://{tmp_path}/nothing.git"), tmp_path / "repo")
+    with pytest.raises(SourceError, match=r"nothing\.git branch main failed"):
+        source.sync()
+
+
+def test_a_missing_branch_is_a_source_error(remote: Remote, tmp_path: Path) -> None:
+    source = GitSource(RepoSettings(url=remote.url, branch="prod"), tmp_path / "repo")
+    with pytest.raises(SourceError, match="branch prod"):
+        source.sync()
+
+
+def test_credentials_in_a_url_never_reach_messages() -> None:
+    assert redact("https://bot:s3cret@git.example.org/fleet.git") == (
+        "https://***@git.example.org/fleet.git"
+    )
+
+
+def _signing_key(tmp_path: Path, name: str) -> Path:
+    key = tmp_path / name
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True
+    )
+    return key
+
+
+@pytest.fixture
+def signed(remote: Remote, tmp_path: Path) -> tuple[Remote, Path, Path]:
+    trusted = _signing_key(tmp_path, "trusted")
+    stranger = _signing_key(tmp_path, "stranger")
+    signers = tmp_path / "allowed_signers"
+    pub = (trusted.with_suffix(".pub")).read_text().split()
+    signers.write_text(f"operator@example.org {pub[0]} {pub[1]}\n")
+    git(remote.work, "config", "gpg.format", "ssh")
+    git(remote.work, "config", "user.signingkey", str(trusted))
+    return remote, signers, stranger
+
+
+def test_verify_commits_accepts_a_head_signed_by_an_allowed_signer(
+    signed: tuple[Remote, Path, Path], tmp_path: Path
+) -> None:
+    remote, signers, _ = signed
+    rev = remote.commit({"a.yaml": "a: 1\n"}, "Signed", sign=True)
+    source = source_for(remote, tmp_path, verify_commits=True, allowed_signers_file=signers)
+    assert source.sync().revision == rev
+
+
+def test_verify_commits_refuses_an_unsigned_head_and_keeps_the_old_tree(
+    signed: tuple[Remote, Path, Path], tmp_path: Path
+) -> None:
+    remote, signers, _ = signed
+    good = remote.commit({"a.yaml": "a: 1\n"}, "Signed", sign=True)
+    source = source_for(remote, tmp_path, verify_commits=True, allowed_signers_file=signers)
+    source.sync()
+    bad = remote.commit({"a.yaml": "a: 2\n"}, "Unsigned")
+    with pytest.raises(SourceError, match="refused by verifyCommits: it is not signed") as err:
+        source.sync()
+    assert err.value.revision == bad
+    assert git(source.workdir, "rev-parse", "HEAD") == good
+    assert (source.workdir / "a.yaml").read_text() == "a: 1\n"
+
+
+def test_verify_commits_refuses_a_head_signed_by_an_unknown_key(
+    signed: tuple[Remote, Path, Path], tmp_path: Path
+) -> None:
+    remote, signers, stranger = signed
+    git(remote.work, "config", "user.signingkey", str(stranger))
+    remote.commit({"a.yaml": "a: 3\n"}, "Signed by a stranger", sign=True)
+    source = source_for(remote, tmp_path, verify_commits=True, allowed_signers_file=signers)
+    with pytest.raises(SourceError, match="refused by verifyCommits") as err:
+        source.sync()
+    assert "not signed" not in str(err.value)
