@@ -1,0 +1,399 @@
+"""The executor carries plans out: parallel, bounded, retried, ordered, stoppable."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from enginefakes import (
+    FakeImages,
+    FakeProber,
+    FakeTime,
+    Gauge,
+    LocalFakeHost,
+    make_host,
+    make_proxy,
+    make_repo,
+)
+
+from reconciler.engine.executor import Executor
+from reconciler.errors import PermanentError, TransientError
+from reconciler.model import Action, ActionKind, Domain, DomainRef, DomainState, Owner, Plan, Repo
+from reconciler.model.report import ActionOutcome, ActionResult
+from reconciler.model.settings import ApplySettings
+
+DIGEST = "d" * 64
+OLD_DIGEST = "0" * 64
+
+
+def create(proxy: str, host: str = "kvm01") -> Action:
+    return Action(
+        ActionKind.CREATE,
+        "no VM yet",
+        proxy=proxy,
+        host=host,
+        domain=f"pf-home-{proxy}-dddddddd",
+        digest=DIGEST,
+    )
+
+
+def replace(proxy: str, host: str = "kvm01") -> Action:
+    return Action(
+        ActionKind.REPLACE,
+        "spec changed",
+        proxy=proxy,
+        host=host,
+        domain=f"pf-home-{proxy}-dddddddd",
+        digest=DIGEST,
+        replaces=DomainRef(host=host, domain=f"pf-home-{proxy}-00000000"),
+    )
+
+
+def old_vm(host: LocalFakeHost, proxy: str) -> str:
+    name = f"pf-home-{proxy}-00000000"
+    host.domains[name] = Domain(name, DomainState.RUNNING, Owner("home", proxy, OLD_DIGEST))
+    host.addresses_of[name] = ("192.0.2.200",)
+    return name
+
+
+class Run:
+    """One executor run over fake hosts, with the fakes at hand."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        hosts: dict[str, LocalFakeHost],
+        *,
+        settings: ApplySettings | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.repo = repo
+        self.hosts = hosts
+        self.time = FakeTime()
+        self.images = FakeImages()
+        self.prober = FakeProber()
+        self.settings = settings if settings is not None else ApplySettings()
+        self.stop = stop if stop is not None else threading.Event()
+
+    def execute(self, *actions: Action) -> tuple[ActionOutcome, ...]:
+        executor = Executor(
+            self.repo,
+            self.hosts,
+            images=self.images,
+            prober=self.prober,
+            revision="c0ffee",
+            settings=self.settings,
+            runtime=self.time.runtime(self.stop),
+        )
+        return executor.run(Plan(actions))
+
+
+def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, LocalFakeHost]:
+    host = LocalFakeHost("kvm01")
+    repo = make_repo(tuple(make_proxy(p) for p in proxies))
+    return Run(repo, {"kvm01": host}, **kwargs), host  # type: ignore[arg-type]
+
+
+def test_actions_run_in_parallel_across_hosts_and_at_most_two_at_once_per_host() -> None:
+    overall = Gauge()
+    names = ("kvm01", "kvm02", "kvm03")
+    hosts = {n: LocalFakeHost(n, gauge=overall, call_seconds=0.05) for n in names}
+    proxies = [f"p{h}-{i}" for h in range(3) for i in range(4)]
+    repo = make_repo(tuple(make_proxy(p) for p in proxies), tuple(make_host(n) for n in names))
+    run = Run(repo, hosts)
+
+    outcomes = run.execute(*(create(p, names[int(p[1])]) for p in proxies))
+
+    assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 12
+    assert [h.gauge.max for h in hosts.values()] == [2, 2, 2]
+    assert overall.max > 2
+    print(f"max mutating calls at once: per host 2, overall {overall.max}")
+
+
+def test_a_per_host_concurrency_of_one_runs_a_host_serially() -> None:
+    run, host = one_host_run("a", "b", "c", settings=ApplySettings(per_host_concurrency=1))
+    host.call_seconds = 0.02
+
+    run.execute(create("a"), create("b"), create("c"))
+
+    assert host.gauge.max == 1
+    assert [t for m, t in host.calls if m == "create"] == [
+        "pf-home-a-dddddddd",
+        "pf-home-b-dddddddd",
+        "pf-home-c-dddddddd",
+    ]
+
+
+def test_a_transient_error_is_retried_with_backoff_and_jitter_then_succeeds() -> None:
+    run, host = one_host_run("a")
+    host.failures[("create", "pf-home-a-dddddddd")] = [TransientError("link down")] * 2
+
+    (outcome,) = run.execute(create("a"))
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    assert outcome.attempts == 3
+    # base 2 s doubling, equal jitter at random()=0.5: 1.5 s then 3 s
+    assert run.time.sleeps == [1.5, 3.0]
+    assert "pf-home-a-dddddddd" in host.domains
+
+
+def test_transient_errors_give_up_after_the_attempt_limit() -> None:
+    run, host = one_host_run("a", settings=ApplySettings(max_attempts=4, retry_deadline=1e9))
+    host.failures[("create", "*")] = [TransientError("link down")] * 10
+
+    (outcome,) = run.execute(create("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert outcome.attempts == 4
+    assert "link down" in outcome.error
+    assert len([c for c in host.calls if c[0] == "create"]) == 4
+
+
+def test_transient_errors_give_up_at_the_retry_deadline() -> None:
+    settings = ApplySettings(max_attempts=100, retry_deadline=20, retry_base_delay=4)
+    run, host = one_host_run("a", settings=settings)
+    host.failures[("create", "*")] = [TransientError("busy")] * 100
+
+    (outcome,) = run.execute(create("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert sum(run.time.sleeps) <= 20
+    assert outcome.attempts < 100
+
+
+def test_a_permanent_error_fails_its_action_with_the_reason_and_the_others_go_on() -> None:
+    run, host = one_host_run("a", "b", "c")
+    host.failures[("create", "pf-home-b-dddddddd")] = [
+        PermanentError("unsupported firmware", host="kvm01", rpc="virDomainDefineXML")
+    ]
+
+    outcomes = run.execute(create("a"), create("b"), create("c"))
+
+    assert [o.result for o in outcomes] == [
+        ActionResult.SUCCEEDED,
+        ActionResult.FAILED,
+        ActionResult.SUCCEEDED,
+    ]
+    assert outcomes[1].error == "host kvm01: virDomainDefineXML: unsupported firmware"
+    assert outcomes[1].attempts == 1
+    assert run.time.sleeps == []
+
+
+def test_an_unexpected_exception_becomes_a_failed_outcome_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run, host = one_host_run("a", "b")
+    host.failures[("create", "pf-home-a-dddddddd")] = [KeyError("surprise")]
+
+    with caplog.at_level(logging.ERROR):
+        outcomes = run.execute(create("a"), create("b"))
+
+    assert outcomes[0].result is ActionResult.FAILED
+    assert outcomes[0].error == "KeyError: 'surprise'"
+    assert outcomes[1].result is ActionResult.SUCCEEDED
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.exc_info is not None
+
+
+def test_create_builds_the_vm_spec_with_the_owner_and_its_provenance() -> None:
+    host = LocalFakeHost("kvm01")
+    repo = make_repo((make_proxy("a", protect=True),))
+    run = Run(repo, {"kvm01": host})
+    run.time.elapsed = 90
+
+    run.execute(create("a"))
+
+    spec = host.specs["pf-home-a-dddddddd"]
+    assert spec.proxy == "a"
+    assert spec.host == repo.fleet.hosts[0]
+    assert spec.image.key == "debian-12"
+    assert spec.machine_type.memory_mib == 512
+    assert spec.cloud_init == repo.proxies[0].cloud_init
+    assert spec.owner == Owner(
+        fleet="home",
+        proxy="a",
+        digest=DIGEST,
+        image_key="debian-12",
+        image_sha256="ab" * 32,
+        revision="c0ffee",
+        created="2026-09-04T14:01:30+00:00",
+        protect=True,
+    )
+    assert host.calls[:2] == [("ensure_image", "debian-12"), ("create", "pf-home-a-dddddddd")]
+
+
+def test_an_image_is_fetched_once_per_run_and_uploaded_once_per_host() -> None:
+    names = ("kvm01", "kvm02")
+    hosts = {n: LocalFakeHost(n) for n in names}
+    proxies = ("a", "b", "c", "d")
+    repo = make_repo(tuple(make_proxy(p) for p in proxies), tuple(make_host(n) for n in names))
+    run = Run(repo, hosts)
+
+    run.execute(create("a", "kvm01"), create("b", "kvm01"), create("c", "kvm02"), create("d"))
+
+    assert run.images.calls == ["debian-12"]
+    assert [h.calls.count(("ensure_image", "debian-12")) for h in hosts.values()] == [1, 1]
+
+
+def test_an_image_that_cannot_be_fetched_fails_every_create_that_needs_it() -> None:
+    run, host = one_host_run("a", "b")
+    run.images.failures = [PermanentError("sha256 mismatch")]
+
+    outcomes = run.execute(create("a"), create("b"))
+
+    assert [o.result for o in outcomes] == [ActionResult.FAILED] * 2
+    assert all("sha256 mismatch" in o.error for o in outcomes)
+    assert run.images.calls == ["debian-12"]
+    assert host.mutating_calls() == []
+
+
+def test_start_starts_a_shut_off_domain() -> None:
+    run, host = one_host_run("a")
+    host.domains["pf-home-a-dddddddd"] = Domain(
+        "pf-home-a-dddddddd", DomainState.SHUTOFF, Owner("home", "a", DIGEST)
+    )
+    action = Action(ActionKind.START, "shut off", "a", "kvm01", "pf-home-a-dddddddd", DIGEST)
+
+    (outcome,) = run.execute(action)
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    assert host.domains["pf-home-a-dddddddd"].state is DomainState.RUNNING
+
+
+def test_deleting_a_domain_that_is_already_gone_counts_as_done() -> None:
+    run, host = one_host_run()
+    action = Action(ActionKind.DELETE, "no manifest", "gone", "kvm01", "pf-home-gone-12345678")
+
+    (outcome,) = run.execute(action)
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    assert host.calls == [("delete", "pf-home-gone-12345678")]
+
+
+def test_replace_deletes_the_old_vm_only_after_the_new_one_answers_its_health_check() -> None:
+    run, host = one_host_run("a")
+    old = old_vm(host, "a")
+    host.addresses_of["pf-home-a-dddddddd"] = ()  # no IP for the first two looks
+    looks = []
+
+    def give_ip_late(method: str, target: str) -> None:
+        if method == "addresses" and target == "pf-home-a-dddddddd":
+            looks.append(target)
+            if len(looks) == 3:
+                host.addresses_of[target] = ("192.0.2.77",)
+
+    host.on_call = give_ip_late
+
+    (outcome,) = run.execute(replace("a"))
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    calls = [c for c in host.calls if c[0] != "ensure_image"]
+    assert calls == [
+        ("create", "pf-home-a-dddddddd"),
+        ("addresses", "pf-home-a-dddddddd"),
+        ("addresses", "pf-home-a-dddddddd"),
+        ("addresses", "pf-home-a-dddddddd"),
+        ("delete", old),
+    ]
+    assert run.prober.calls == ["192.0.2.77"]
+    assert set(host.domains) == {"pf-home-a-dddddddd"}
+
+
+def test_an_unhealthy_replacement_keeps_the_old_vm_and_the_outcome_says_why() -> None:
+    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=60, poll_interval=5))
+    old = old_vm(host, "a")
+    host.addresses_of["pf-home-a-dddddddd"] = ("192.0.2.50",)
+    run.prober.unhealthy.add("192.0.2.50")
+
+    (outcome,) = run.execute(replace("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert "did not become healthy within 60 s" in outcome.error
+    assert "HTTP 503" in outcome.error
+    assert f"old VM {old} on kvm01 kept" in outcome.error
+    assert ("delete", old) not in host.calls
+    assert old in host.domains
+    assert 55 <= run.time.elapsed <= 60
+
+
+def test_a_replacement_that_never_gets_an_ip_keeps_the_old_vm() -> None:
+    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=30, poll_interval=10))
+    old = old_vm(host, "a")
+    host.auto_ip = False
+
+    (outcome,) = run.execute(replace("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert "no IP address yet" in outcome.error
+    assert old in host.domains
+    assert host.mutating_calls()[-1] == ("create", "pf-home-a-dddddddd")
+
+
+def test_a_replacement_that_cannot_be_created_never_touches_the_old_vm() -> None:
+    run, host = one_host_run("a")
+    old = old_vm(host, "a")
+    host.failures[("create", "*")] = [PermanentError("pool full")]
+
+    (outcome,) = run.execute(replace("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert old in host.domains
+    assert ("delete", old) not in host.calls
+
+
+def test_a_stop_request_finishes_the_action_in_flight_and_skips_the_rest() -> None:
+    stop = threading.Event()
+    run, host = one_host_run(
+        "a", "b", "c", settings=ApplySettings(per_host_concurrency=1), stop=stop
+    )
+    host.on_call = lambda method, target: stop.set() if method == "create" else None
+
+    outcomes = run.execute(create("a"), create("b"), create("c"))
+
+    assert [o.result for o in outcomes] == [
+        ActionResult.SUCCEEDED,
+        ActionResult.SKIPPED,
+        ActionResult.SKIPPED,
+    ]
+    assert outcomes[1].error == "not started: shutdown requested"
+    assert [c for c in host.calls if c[0] == "create"] == [("create", "pf-home-a-dddddddd")]
+
+
+def test_a_stop_request_ends_retrying_a_transient_error() -> None:
+    stop = threading.Event()
+    run, host = one_host_run("a", stop=stop)
+    host.failures[("create", "*")] = [TransientError("link down")] * 3
+    host.on_call = lambda method, target: stop.set()
+
+    (outcome,) = run.execute(create("a"))
+
+    assert outcome.result is ActionResult.FAILED
+    assert run.time.sleeps == []
+
+
+def test_keep_blocked_and_abandon_make_no_host_call() -> None:
+    run, host = one_host_run("a")
+    actions = (
+        Action(ActionKind.KEEP, "up to date", "a", "kvm01", "pf-home-a-dddddddd", DIGEST),
+        Action(ActionKind.BLOCKED, "host unreachable", "b", "kvm01", blocks=ActionKind.CREATE),
+        Action(ActionKind.ABANDON, "host left fleet.yaml", "c", "kvm09", "pf-home-c-12345678"),
+    )
+
+    assert run.execute(*actions) == ()
+    assert host.calls == []
+    assert run.images.calls == []
+
+
+def test_cloud_init_content_never_reaches_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "#cloud-config\npassword: hunter2-SECRET\n"
+    host = LocalFakeHost("kvm01")
+    repo = make_repo((make_proxy("a", user_data=secret), make_proxy("b", user_data=secret)))
+    run = Run(repo, {"kvm01": host})
+    host.failures[("create", "pf-home-a-dddddddd")] = [TransientError("x"), RuntimeError("bug")]
+
+    with caplog.at_level(logging.DEBUG):
+        run.execute(create("a"), create("b"))
+
+    assert "hunter2" not in caplog.text
+    assert all("hunter2" not in str(r.args) for r in caplog.records)
