@@ -1,17 +1,59 @@
-"""``proxyfleet validate``: not built yet."""
+"""``proxyfleet validate [DIR]``: check a fleet repo, for its CI and pre-commit hook.
+
+Prints every problem as ``path:line:col: field.path: message`` on stderr (paths
+relative to DIR) and exits 1; a valid repo prints one summary line and exits 0.
+Nothing here talks to a host.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
+
+from reconciler.core.manifests import load_repo
+from reconciler.errors import InvalidInput
+from reconciler.model.fleet import Repo
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("validate", help="(not built yet)")
+    parser = sub.add_parser(
+        "validate",
+        help="check a fleet repo (schemas and cross-references); exit 1 on any error",
+        description="Check every manifest of a fleet repo. Errors go to stderr, one per line.",
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        default=".",
+        type=Path,
+        metavar="DIR",
+        help="root of the fleet repo (default: the current directory)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("proxyfleet validate: not built yet", file=sys.stderr)
-    return 1
+    try:
+        repo = load_repo(args.dir)
+    except InvalidInput as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    print(summary(repo))
+    return 0
+
+
+def summary(repo: Repo) -> str:
+    """``5 proxies in 2 zones on 3 hosts``."""
+    zones = len({host.zone for host in repo.fleet.hosts})
+    hosts = len(repo.fleet.hosts)
+    return (
+        f"{_count(len(repo.proxies), 'proxy', 'proxies')} in "
+        f"{_count(zones, 'zone', 'zones')} on {_count(hosts, 'host', 'hosts')}"
+    )
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"

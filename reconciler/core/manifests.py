@@ -1,0 +1,365 @@
+"""Load a fleet repo: every manifest, validated, into one frozen ``Repo``.
+
+``load_repo`` reads every ``*.yaml``/``*.yml`` under the repo root (except
+dot-directories such as ``.git`` and ``.proxyfleet/``, and dotfiles such as
+``.pre-commit-config.yaml``), checks each document against the JSON Schema of
+its kind, then checks what a schema cannot see: names that must be unique,
+references from proxies to the fleet's images, machine types, zones and hosts.
+
+It never stops at the first problem. Either the whole repo is valid and a
+``Repo`` comes back, or ``InvalidInput`` carries every problem found, sorted by
+file and line: nothing may act on a half-valid fleet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconciler.core import naming
+from reconciler.core.schemacheck import SCHEMA_FILES, check, did_you_mean
+from reconciler.core.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.errors import InvalidInput, Problem
+from reconciler.model.fleet import (
+    CloudInit,
+    DomainType,
+    DriftMode,
+    Firmware,
+    Fleet,
+    Health,
+    Host,
+    HostNetwork,
+    Image,
+    ImageFormat,
+    Lifecycle,
+    Location,
+    MachineType,
+    Placement,
+    Policy,
+    Proxy,
+    Repo,
+)
+
+FLEET_FILE = "fleet.yaml"
+"""The one file, at the repo root, that holds the ``kind: Fleet`` document."""
+
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A schema-valid document of one kind, kept with its positions."""
+
+    kind: str
+    document: Document
+
+
+def load_repo(root: Path) -> Repo:
+    """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem."""
+    if not root.is_dir():
+        raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
+    problems: list[Problem] = []
+    loaded: list[_Loaded] = []
+    broken_files: set[str] = set()
+    for rel in manifest_files(root):
+        documents, found = _read(root / rel, rel)
+        if found:
+            broken_files.add(rel)
+        problems.extend(found)
+        for document in documents:
+            problems.extend(_classify(document, loaded))
+    fleet_doc = _pick_fleet(root, loaded, broken_files, problems)
+    fleet: Fleet | None = None
+    if fleet_doc is not None:
+        fleet = _fleet(fleet_doc)
+        problems.extend(_check_hosts(fleet_doc, fleet))
+    proxies = [(_proxy(item.document), item.document) for item in loaded if item.kind == "Proxy"]
+    problems.extend(_check_proxies(proxies, fleet))
+    if problems or fleet is None:
+        raise InvalidInput(sorted(set(problems), key=_order))
+    ordered = sorted((proxy for proxy, _ in proxies), key=lambda p: p.name)
+    return Repo(fleet=fleet, proxies=tuple(ordered))
+
+
+def manifest_files(root: Path) -> list[str]:
+    """Paths (relative, '/'-separated, sorted) of every manifest file under ``root``."""
+    found: list[str] = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        base = Path(directory).relative_to(root)
+        for name in files:
+            if name.startswith(".") or not name.endswith(MANIFEST_SUFFIXES):
+                continue
+            found.append((base / name).as_posix())
+    return sorted(found)
+
+
+def _order(problem: Problem) -> tuple[str, int, int, str, str]:
+    return (problem.file, problem.line, problem.column, problem.field, problem.message)
+
+
+def _read(path: Path, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return (), (Problem(rel, 0, 0, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})"),)
+    except OSError as exc:
+        return (), (Problem(rel, 0, 0, "", f"cannot read: {exc.strerror}"),)
+    return load_documents(text, rel)
+
+
+def _classify(document: Document, loaded: list[_Loaded]) -> list[Problem]:
+    """Schema problems of one document; a valid one is appended to ``loaded``."""
+    data = document.data
+    start = document.start
+    if not isinstance(data, dict):
+        got = "a list" if isinstance(data, list) else "a scalar"
+        message = f"document is not a mapping (got {got}); expected a Fleet or Proxy manifest"
+        return [Problem(document.file, start.line, start.column, "", message)]
+    kind = data.get("kind")
+    if kind is None:
+        message = "required field is missing (kind: Fleet or kind: Proxy)"
+        return [Problem(document.file, start.line, start.column, "kind", message)]
+    if not isinstance(kind, str) or kind not in SCHEMA_FILES:
+        mark = document.value_mark(("kind",))
+        message = (
+            f"unknown kind {kind!r}{did_you_mean(str(kind), SCHEMA_FILES)}; expected Fleet or Proxy"
+        )
+        return [Problem(document.file, mark.line, mark.column, "kind", message)]
+    problems = check(document, kind)
+    if not problems:
+        loaded.append(_Loaded(kind, document))
+    elif kind == "Fleet":
+        # Still counts as "a Fleet was written here" for the one-fleet rule.
+        loaded.append(_Loaded("BrokenFleet", document))
+    return problems
+
+
+def _pick_fleet(
+    root: Path, loaded: list[_Loaded], broken_files: set[str], problems: list[Problem]
+) -> Document | None:
+    """The valid Fleet of the repo, reporting misplaced, second and missing ones."""
+    fleets = [item for item in loaded if item.kind in ("Fleet", "BrokenFleet")]
+    fleets.sort(key=lambda item: (item.document.file != FLEET_FILE, item.document.file))
+    first = fleets[0] if fleets and fleets[0].document.file == FLEET_FILE else None
+    for item in fleets:
+        if item is first:
+            continue
+        mark = item.document.value_mark(("kind",))
+        if first is not None:
+            where = f"{FLEET_FILE}:{first.document.start.line}:{first.document.start.column}"
+            message = f"second Fleet document (the fleet is defined at {where}); a repo has one"
+        else:
+            message = f"a Fleet belongs in {FLEET_FILE} at the repo root"
+        problems.append(Problem(item.document.file, mark.line, mark.column, "kind", message))
+    if first is None and FLEET_FILE not in broken_files:
+        if (root / FLEET_FILE).is_file():
+            message = "has no kind: Fleet document"
+        elif (root / "fleet.yml").is_file():
+            message = "missing: the Fleet must be in fleet.yaml (found fleet.yml; rename it)"
+        else:
+            message = "missing: the repo root needs a fleet.yaml with kind: Fleet"
+        problems.append(Problem(FLEET_FILE, 0, 0, "", message))
+    if first is None or first.kind != "Fleet":
+        return None
+    return first.document
+
+
+def _location(document: Document) -> Location:
+    return Location(document.file, document.start.line, document.start.column)
+
+
+def _fleet(document: Document) -> Fleet:
+    spec: dict[str, Any] = document.data.get("spec", {})
+    images = tuple(_image(key, value) for key, value in sorted(spec.get("images", {}).items()))
+    machine_types = tuple(
+        MachineType(
+            key=key,
+            vcpus=value["vcpus"],
+            memory_mib=value["memoryMiB"],
+            disk_gib=value["diskGiB"],
+        )
+        for key, value in sorted(spec.get("machineTypes", {}).items())
+    )
+    hosts = tuple(
+        _host(value, document, ("spec", "hosts", index))
+        for index, value in enumerate(spec.get("hosts", []))
+    )
+    return Fleet(
+        name=document.data["metadata"]["name"],
+        images=images,
+        machine_types=machine_types,
+        hosts=hosts,
+        policy=_policy(spec.get("policy", {})),
+        location=_location(document),
+    )
+
+
+def _image(key: str, value: dict[str, Any]) -> Image:
+    options: dict[str, Any] = {}
+    if "sha256" in value:
+        options["sha256"] = value["sha256"].lower()
+    if "format" in value:
+        options["format"] = ImageFormat(value["format"])
+    if "firmware" in value:
+        options["firmware"] = Firmware(value["firmware"])
+    return Image(key=key, url=value["url"], **options)
+
+
+def _host(value: dict[str, Any], document: Document, path: FieldPath) -> Host:
+    ((kind, name),) = value["network"].items()
+    options: dict[str, Any] = {}
+    for field_name, key in (
+        ("port", "port"),
+        ("user", "user"),
+        ("pool", "pool"),
+        ("socket", "socket"),
+        ("cpu_mode", "cpuMode"),
+        ("max_proxies", "maxProxies"),
+    ):
+        if key in value:
+            options[field_name] = value[key]
+    if "domainType" in value:
+        options["domain_type"] = DomainType(value["domainType"])
+    mark = document.value_mark(path)
+    return Host(
+        name=value["name"],
+        address=value["address"],
+        zone=value["zone"],
+        network=HostNetwork(kind=kind, name=name),
+        location=Location(document.file, mark.line, mark.column),
+        **options,
+    )
+
+
+def _policy(value: dict[str, Any]) -> Policy:
+    defaults = Policy()
+    return Policy(
+        prune=value.get("prune", defaults.prune),
+        max_deletes_per_run=value.get("maxDeletesPerRun", defaults.max_deletes_per_run),
+        allow_empty=value.get("allowEmpty", defaults.allow_empty),
+        drift=DriftMode(value.get("drift", defaults.drift.value)),
+        suspend=value.get("suspend", defaults.suspend),
+    )
+
+
+def _proxy(document: Document) -> Proxy:
+    data: dict[str, Any] = document.data
+    spec: dict[str, Any] = data["spec"]
+    placement = spec["placement"]
+    cloud = spec.get("cloudInit", {})
+    health = spec.get("health", {})
+    default_health = Health()
+    labels = data["metadata"].get("labels", {})
+    return Proxy(
+        name=data["metadata"]["name"],
+        placement=Placement(
+            zone=placement["zone"],
+            image=placement["image"],
+            machine_type=placement["machineType"],
+            host=placement.get("host"),
+        ),
+        cloud_init=CloudInit(
+            user_data=cloud.get("userData", ""),
+            vendor_data=cloud.get("vendorData"),
+            network_config=cloud.get("networkConfig"),
+        ),
+        install_guest_agent=spec.get("installGuestAgent", True),
+        health=Health(
+            proxy_port=health.get("proxyPort", default_health.proxy_port),
+            probe_url=health.get("probeURL", default_health.probe_url),
+            expect_status=health.get("expectStatus", default_health.expect_status),
+            timeout_seconds=float(health.get("timeoutSeconds", default_health.timeout_seconds)),
+        ),
+        lifecycle=Lifecycle(protect=spec.get("lifecycle", {}).get("protect", False)),
+        labels=tuple(sorted(labels.items())),
+        location=_location(document),
+    )
+
+
+def _at(document: Document, path: FieldPath, message: str) -> Problem:
+    mark = document.value_mark(path)
+    return Problem(document.file, mark.line, mark.column, format_path(path), message)
+
+
+def _where(document: Document, path: FieldPath) -> str:
+    mark = document.value_mark(path)
+    return f"{document.file}:{mark.line}:{mark.column}"
+
+
+def _check_hosts(document: Document, fleet: Fleet) -> Iterator[Problem]:
+    """Host names unique; no two hosts at the same SSH address and port."""
+    names: dict[str, int] = {}
+    endpoints: dict[tuple[str, int], int] = {}
+    for index, host in enumerate(fleet.hosts):
+        base: FieldPath = ("spec", "hosts", index)
+        if host.name in names:
+            first = _where(document, ("spec", "hosts", names[host.name], "name"))
+            yield _at(
+                document, (*base, "name"), f"duplicate host name '{host.name}' (also at {first})"
+            )
+        else:
+            names[host.name] = index
+        endpoint = (host.address.lower(), host.port)
+        if endpoint in endpoints:
+            other = fleet.hosts[endpoints[endpoint]]
+            first = _where(document, ("spec", "hosts", endpoints[endpoint], "address"))
+            message = (
+                f"same address and port ({host.address}:{host.port}) as host "
+                f"'{other.name}' at {first}"
+            )
+            yield _at(document, (*base, "address"), message)
+        else:
+            endpoints[endpoint] = index
+
+
+def _check_proxies(proxies: list[tuple[Proxy, Document]], fleet: Fleet | None) -> Iterator[Problem]:
+    """Unique proxy names, and references that resolve in the fleet."""
+    first_seen: dict[str, Document] = {}
+    for proxy, document in sorted(proxies, key=lambda item: (item[1].file, item[1].start.line)):
+        name_path: FieldPath = ("metadata", "name")
+        if proxy.name in first_seen:
+            where = _where(first_seen[proxy.name], name_path)
+            yield _at(document, name_path, f"duplicate proxy name '{proxy.name}' (also at {where})")
+        else:
+            first_seen[proxy.name] = document
+        if fleet is not None:
+            yield from _check_references(proxy, document, fleet)
+
+
+def _check_references(proxy: Proxy, document: Document, fleet: Fleet) -> Iterator[Problem]:
+    placement = proxy.placement
+    base: FieldPath = ("spec", "placement")
+    length = naming.domain_name_length(fleet.name, proxy.name)
+    if length > naming.MAX_DOMAIN_NAME:
+        message = (
+            f"too long: the VM's domain name pf-{fleet.name}-{proxy.name}-<digest> would have "
+            f"{length} characters, at most {naming.MAX_DOMAIN_NAME} are allowed"
+        )
+        yield _at(document, ("metadata", "name"), message)
+    if not naming.is_image_url(placement.image) and fleet.image(placement.image) is None:
+        known = [image.key for image in fleet.images]
+        yield _at(document, (*base, "image"), _unknown("image", placement.image, known))
+    if fleet.machine_type(placement.machine_type) is None:
+        known = [machine.key for machine in fleet.machine_types]
+        message = _unknown("machine type", placement.machine_type, known)
+        yield _at(document, (*base, "machineType"), message)
+    zones = sorted({host.zone for host in fleet.hosts})
+    if placement.zone not in zones:
+        yield _at(document, (*base, "zone"), _unknown("zone", placement.zone, zones))
+    if placement.host is not None:
+        host = fleet.host(placement.host)
+        if host is None:
+            known = [h.name for h in fleet.hosts]
+            yield _at(document, (*base, "host"), _unknown("host", placement.host, known))
+        elif host.zone != placement.zone:
+            message = f"host '{host.name}' is in zone '{host.zone}', not in '{placement.zone}'"
+            yield _at(document, (*base, "host"), message)
+
+
+def _unknown(what: str, name: str, known: list[str]) -> str:
+    listing = ", ".join(known) if known else "none"
+    return f"unknown {what} '{name}'{did_you_mean(name, known)}; {FLEET_FILE} has: {listing}"
