@@ -249,7 +249,7 @@ class _Planner:
     def _unreachable_for(self, proxy: Proxy) -> str | None:
         """The first unreachable host where a VM of ``proxy`` could be: its zone's, or its pin."""
         where = set(self.zones.get(proxy.placement.zone, ()))
-        if proxy.placement.host is not None:
+        if proxy.placement.host in self.hosts:
             where.add(proxy.placement.host)
         return next((h for h in sorted(where) if h not in self.reachable), None)
 

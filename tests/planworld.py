@@ -1,0 +1,162 @@
+"""Compact worlds for planner tests: a fleet, proxies and an inventory from plain data.
+
+The plan case files (tests/plan_cases/*.yaml) and the property tests both build
+their input through here, so a case reads like the situation it describes::
+
+    fleet:                        # everything optional
+      name: home
+      policy: {prune: true, maxDeletesPerRun: 5, allowEmpty: false,
+               drift: correct, suspend: false}
+      hosts:                      # default: [{name: kvm01, zone: a}]
+        - {name: kvm01, zone: a, maxProxies: 2, network: br0}
+    proxies:
+      - {name: web-1, zone: a, host: kvm01, userData: "...", protect: true,
+         image: debian, machineType: small, installGuestAgent: true}
+    inventory:                    # a host left out is missing from the inventory
+      kvm01:
+        - {proxy: web-1, state: running}          # owned, current digest
+        - {proxy: web-1, digest: old}             # owned, a stale digest
+        - {proxy: web-1, digest: "as-on:kvm02"}   # the digest it would have on kvm02
+        - {proxy: web, fleet: home-a, digest: "of:a-web"}  # a-web's digest
+        - {name: win11, state: shutoff}           # foreign: no owner
+        - {name: pf-x, fleet: other, proxy: web-1}  # foreign: another fleet
+      kvm02: unreachable
+
+An owned domain's name defaults to ``pf-<fleet>-<proxy>-<digest[:8]>``; a
+digest label is ``current``, ``as-on:<host>`` (what it would be on another
+host), ``of:<proxy>`` (another proxy's current digest here) or any other
+text, which becomes sha256(text); ``current`` (the default) for a proxy the
+case does not list is sha256 of some text too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.core.digest import proxy_digest
+from reconciler.core.planner import domain_name, resolve_image
+from reconciler.model import (
+    CloudInit,
+    Domain,
+    DomainState,
+    DriftMode,
+    Fleet,
+    Host,
+    HostInventory,
+    HostNetwork,
+    Image,
+    Inventory,
+    Lifecycle,
+    MachineType,
+    Owner,
+    Placement,
+    Policy,
+    Proxy,
+    Repo,
+)
+
+IMAGES = (
+    Image(key="debian", url="https://images.example/debian-12.qcow2", sha256="ab" * 32),
+    Image(key="bookworm", url="https://images.example/debian-12-bios.qcow2"),
+)
+MACHINE_TYPES = (
+    MachineType(key="small", vcpus=1, memory_mib=1024, disk_gib=10),
+    MachineType(key="large", vcpus=4, memory_mib=8192, disk_gib=40),
+)
+
+
+def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]) -> Repo:
+    fleet = fleet or {}
+    hosts = tuple(_host(h) for h in fleet.get("hosts", [{"name": "kvm01", "zone": "a"}]))
+    policy = fleet.get("policy", {})
+    built = Fleet(
+        name=fleet.get("name", "home"),
+        images=IMAGES,
+        machine_types=MACHINE_TYPES,
+        hosts=hosts,
+        policy=Policy(
+            prune=policy.get("prune", True),
+            max_deletes_per_run=policy.get("maxDeletesPerRun", 5),
+            allow_empty=policy.get("allowEmpty", False),
+            drift=DriftMode(policy.get("drift", "correct")),
+            suspend=policy.get("suspend", False),
+        ),
+    )
+    return Repo(fleet=built, proxies=tuple(sorted((_proxy(p) for p in proxies), key=_name)))
+
+
+def _name(p: Proxy) -> str:
+    return p.name
+
+
+def _host(raw: Mapping[str, Any]) -> Host:
+    network = raw.get("network", "br0")
+    return Host(
+        name=raw["name"],
+        address="127.0.0.1",
+        zone=raw.get("zone", "a"),
+        network=HostNetwork(kind="bridge", name=network),
+        max_proxies=raw.get("maxProxies"),
+    )
+
+
+def _proxy(raw: Mapping[str, Any]) -> Proxy:
+    return Proxy(
+        name=raw["name"],
+        placement=Placement(
+            zone=raw.get("zone", "a"),
+            image=raw.get("image", "debian"),
+            machine_type=raw.get("machineType", "small"),
+            host=raw.get("host"),
+        ),
+        cloud_init=CloudInit(user_data=raw.get("userData", "#cloud-config\n")),
+        install_guest_agent=raw.get("installGuestAgent", True),
+        lifecycle=Lifecycle(protect=raw.get("protect", False)),
+    )
+
+
+def desired_digest(repo: Repo, proxy_name: str, host_name: str) -> str:
+    proxy = repo.proxy(proxy_name)
+    host = repo.fleet.host(host_name)
+    assert proxy is not None, f"no proxy {proxy_name} in the case"
+    assert host is not None, f"no host {host_name} in the case"
+    image = resolve_image(repo.fleet, proxy.placement.image)
+    digest = proxy_digest(repo.fleet, proxy, host, image=image)
+    assert digest is not None
+    return digest
+
+
+def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
+    hosts = []
+    for host_name, domains in (raw or {}).items():
+        if domains == "unreachable":
+            hosts.append(HostInventory(name=host_name, reachable=False, error="unreachable"))
+            continue
+        built = tuple(_domain(repo, host_name, d) for d in domains or [])
+        hosts.append(HostInventory(name=host_name, reachable=True, domains=built))
+    return Inventory(hosts=tuple(hosts))
+
+
+def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
+    state = DomainState(raw.get("state", "running"))
+    if "proxy" not in raw:
+        return Domain(name=raw["name"], state=state, owner=None)
+    fleet = raw.get("fleet", repo.fleet.name)
+    digest = _digest(repo, raw["proxy"], host, raw.get("digest", "current"))
+    owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=raw.get("protect", False))
+    name = raw.get("name", domain_name(fleet, raw["proxy"], digest))
+    return Domain(name=name, state=state, owner=owner)
+
+
+def _digest(repo: Repo, proxy: str, host: str, label: str) -> str:
+    if label == "current" and repo.proxy(proxy) is None:
+        label = f"no manifest for {proxy}"
+    if label == "current":
+        return desired_digest(repo, proxy, host)
+    if label.startswith("as-on:"):
+        return desired_digest(repo, proxy, label.removeprefix("as-on:"))
+    if label.startswith("of:"):
+        return desired_digest(repo, label.removeprefix("of:"), host)
+    return hashlib.sha256(label.encode()).hexdigest()

@@ -1,0 +1,111 @@
+"""Every planner rule as a case file: tests/plan_cases/<rule>.yaml (format: tests/planworld.py).
+
+A case lists the whole expected plan, in order. Each expected action compares
+``action``, ``proxy``, ``host``, ``blocks`` and ``replaces`` always (left out
+means "none"), ``domain`` when given, and ``reason`` as a substring when given.
+On top of its own expectations every case must hold the invariants below. A
+case with ``xfail: <why>`` documents a known gap and must fail (strict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from planworld import build_inventory, build_repo, desired_digest
+from ruamel.yaml import YAML
+
+from reconciler.core.planner import domain_name, plan
+from reconciler.model import Action, ActionKind, Inventory, Plan, Repo
+
+CASES = Path(__file__).parent / "plan_cases"
+CASE_FILES = sorted(CASES.glob("*.yaml"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = YAML(typ="safe").load(path.read_text())
+    return data
+
+
+def _params() -> list[Any]:
+    params = []
+    for path in CASE_FILES:
+        case = _load(path)
+        marks = []
+        if "xfail" in case:
+            marks.append(pytest.mark.xfail(reason=case["xfail"], strict=True))
+        params.append(pytest.param(path, id=path.stem, marks=marks))
+    return params
+
+
+def test_there_are_at_least_thirty_cases_and_each_describes_itself() -> None:
+    assert len(CASE_FILES) >= 30
+    for path in CASE_FILES:
+        assert _load(path).get("description"), f"{path.name} has no description"
+
+
+@pytest.mark.parametrize("path", _params())
+def test_plan_case(path: Path) -> None:
+    case = _load(path)
+    repo = build_repo(case.get("fleet"), case.get("proxies") or [])
+    inventory = build_inventory(repo, case.get("inventory"))
+    result = plan(repo, inventory)
+    _assert_invariants(repo, inventory, result)
+    expected = case.get("expect") or []
+    got = [_render(a) for a in result.actions]
+    assert len(result.actions) == len(expected), "\n".join(got)
+    for action, want in zip(result.actions, expected, strict=True):
+        assert _matches(action, want), f"expected {want}\n got:\n" + "\n".join(got)
+
+
+def _render(a: Action) -> str:
+    replaces = f" replaces={a.replaces.host}/{a.replaces.domain}" if a.replaces else ""
+    blocks = f" blocks={a.blocks}" if a.blocks else ""
+    return f"{a.kind} {a.proxy} {a.host} {a.domain}{blocks}{replaces}: {a.reason}"
+
+
+def _matches(action: Action, want: dict[str, Any]) -> bool:
+    blocks = ActionKind(want["blocks"]) if "blocks" in want else None
+    checks = [
+        action.kind == ActionKind(want["action"]),
+        action.proxy == want.get("proxy"),
+        action.host == want.get("host"),
+        action.blocks == blocks,
+        want.get("reason", "") in action.reason,
+        "domain" not in want or action.domain == want["domain"],
+    ]
+    replaces = want.get("replaces")
+    if replaces is None:
+        checks.append(action.replaces is None)
+    else:
+        host, _, domain = replaces.partition("/")
+        checks.append(action.replaces is not None and action.replaces.host == host)
+        checks.append(
+            not domain or (action.replaces is not None and action.replaces.domain == domain)
+        )
+    return all(checks)
+
+
+def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
+    reachable = {h.name for h in inventory.hosts if h.reachable}
+    for a in result.actions:
+        assert a.reason, f"{a} has no reason"
+        assert a.host is None or a.host in reachable, f"{a} targets an unreachable host"
+        assert a.replaces is None or a.replaces.host in reachable
+        assert (a.kind is ActionKind.BLOCKED) == (a.blocks is not None)
+        new_vm = a.kind in (ActionKind.CREATE, ActionKind.REPLACE)
+        if new_vm or (a.blocks in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
+            assert a.proxy is not None and a.host is not None and a.digest is not None
+            assert a.digest == desired_digest(repo, a.proxy, a.host)
+            assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
+    # Deterministic, whatever order the inventory lists hosts and domains in.
+    assert plan(repo, inventory) == result
+    shuffle = random.Random(7)
+    shuffled = [
+        dataclasses.replace(h, domains=tuple(shuffle.sample(h.domains, len(h.domains))))
+        for h in reversed(inventory.hosts)
+    ]
+    assert plan(repo, Inventory(hosts=tuple(shuffled))) == result
