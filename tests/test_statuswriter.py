@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gitutil import Remote, git, make_remote
+from reports import report
+
+from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.core import statusdoc
+from reconciler.model.report import Health
+from reconciler.model.settings import RepoSettings, StatusSettings
+
+BRANCH = "proxyfleet-status"
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    return make_remote(tmp_path)
+
+
+def writer(remote: Remote, workdir: Path, **kw: object) -> GitStatusWriter:
+    return GitStatusWriter(
+        RepoSettings(url=remote.url),
+        StatusSettings(**kw),
+        workdir,  # type: ignore[arg-type]
+    )
+
+
+def test_the_first_status_is_an_orphan_branch_commit_by_proxyfleet(
+    remote: Remote, tmp_path: Path
+) -> None:
+    main_before = git(remote.bare, "rev-parse", "main")
+    published = writer(remote, tmp_path / "w").publish(report(created=True))
+    assert published.commit and not published.error
+    assert git(remote.bare, "rev-parse", BRANCH) == published.commit
+    assert (
+        git(remote.bare, "log", "--format=%an <%ae>", BRANCH) == "proxyfleet <proxyfleet@localhost>"
+    )
+    assert git(remote.bare, "rev-list", "--count", BRANCH) == "1"
+    assert git(remote.bare, "rev-parse", "main") == main_before
+    files = git(remote.bare, "ls-tree", "-r", "--name-only", BRANCH).splitlines()
+    assert files == [".proxyfleet/STATUS.md", ".proxyfleet/status.yaml"]
+    body = git(remote.bare, "log", "-1", "--format=%B", BRANCH)
+    assert "- proxy web-1 running on kvm-a, healthy" in body
+
+
+def test_an_idle_run_adds_no_commit_and_a_change_adds_one(remote: Remote, tmp_path: Path) -> None:
+    w = writer(remote, tmp_path / "w")
+    w.publish(report(minute=0))
+    idle = w.publish(report(minute=5))
+    assert idle.commit == "" and idle.error == ""
+    assert len(remote.branch_log(BRANCH)) == 1
+    changed = w.publish(report(minute=10, health=Health.UNHEALTHY))
+    assert changed.commit
+    assert len(remote.branch_log(BRANCH)) == 2
+    assert "health healthy -> unhealthy" in remote.branch_log(BRANCH)[0]
+
+
+def test_since_and_history_survive_a_restart_of_the_writer(remote: Remote, tmp_path: Path) -> None:
+    writer(remote, tmp_path / "w1").publish(report(minute=0))
+    writer(remote, tmp_path / "w2").publish(report(minute=5, health=Health.UNHEALTHY))
+    doc = statusdoc.parse_yaml(remote.show(BRANCH, ".proxyfleet/status.yaml"))
+    assert doc is not None
+    assert doc["proxies"][0]["since"] == "2026-11-30T12:05:04Z"
+    assert [r["started"] for r in doc["runs"]] == ["2026-11-30T12:05:00Z", "2026-11-30T12:00:00Z"]
+
+
+def test_a_rejected_push_is_regenerated_on_top_and_never_forced(
+    remote: Remote, tmp_path: Path
+) -> None:
+    ours = writer(remote, tmp_path / "ours")
+    theirs = writer(remote, tmp_path / "theirs")
+    ours.publish(report(minute=0))
+    real_start = ours._start_from_remote
+    calls = []
+
+    def racing_start(repo: object) -> object:
+        previous = real_start(repo)  # type: ignore[arg-type]
+        if not calls:
+            # Another daemon (or a person) pushes between our fetch and our push.
+            theirs.publish(report(minute=1, reachable=False))
+        calls.append(1)
+        return previous
+
+    ours._start_from_remote = racing_start  # type: ignore[method-assign]
+    published = ours.publish(report(minute=2, health=Health.UNHEALTHY))
+    assert published.commit and not published.error
+    assert len(calls) == 2
+    subjects = remote.branch_log(BRANCH)
+    assert len(subjects) == 3
+    assert "host kvm-b unreachable" in git(remote.bare, "log", "-1", "--format=%B", f"{BRANCH}~1")
+    ours_body = git(remote.bare, "log", "-1", "--format=%B", BRANCH)
+    assert "- host kvm-b reachable" in ours_body
+    assert "- proxy web-1: health healthy -> unhealthy" in ours_body
+
+
+def test_a_push_that_cannot_reach_the_remote_is_reported_not_raised(
+    remote: Remote, tmp_path: Path
+) -> None:
+    w = writer(remote, tmp_path / "w")
+    w.publish(report(minute=0))
+    remote.bare.rename(remote.bare.with_name("gone.git"))
+    published = w.publish(report(minute=5, health=Health.UNHEALTHY))
+    assert published.commit == ""
+    assert "fetching the status branch failed" in published.error
+
+
+def test_the_status_can_live_on_the_fleet_branch_itself(remote: Remote, tmp_path: Path) -> None:
+    w = writer(remote, tmp_path / "w", branch="main")
+    published = w.publish(report())
+    assert published.commit
+    files = git(remote.bare, "ls-tree", "-r", "--name-only", "main").splitlines()
+    assert "fleet.yaml" in files and ".proxyfleet/status.yaml" in files
+    assert remote.branch_log("main")[1] == "Initial fleet"
