@@ -1,0 +1,481 @@
+"""One SSH connection per hypervisor, and the libvirt socket forwarded through it.
+
+``SshConnection`` dials lazily (on the first call that needs it), checks the
+host key strictly against the configured known_hosts file (port-aware entries
+such as ``[10.0.0.5]:2222``), loads the private key at dial time and redials
+after a drop. Failures are classified here, once:
+
+- TCP connect, handshake timeout, connection reset: TransientError.
+- Unknown or changed host key: PermanentError naming the host and the SHA256
+  fingerprint the server offered.
+- Private key file missing: TransientError (it may appear later, e.g. a secret
+  mounted after start; the next attempt heals without restart). Unparsable,
+  passphrase-protected, or readable by group/others: PermanentError.
+- Authentication refused: PermanentError.
+
+The remote libvirt socket is reached with an OpenSSH
+``direct-streamlocal@openssh.com`` channel. A server that refuses it
+(``AllowStreamLocalForwarding no``: "administratively prohibited") gets an
+exec of ``virt-ssh-helper qemu:///system`` instead; the choice is remembered
+for the connection. Nothing runs on the hypervisor but sshd and libvirt.
+
+``SocketBridge`` exposes such channels as a local unix socket in a private
+0700 directory that libvirt-python opens as ``qemu+unix:///system?socket=...``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import os
+import select
+import socket
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from reconciler.errors import HostError, PermanentError, TransientError
+from reconciler.model import Host
+from reconciler.model.settings import SshSettings
+
+log = logging.getLogger("reconciler.ssh")
+
+STREAMLOCAL = "direct-streamlocal@openssh.com"
+SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
+_OPEN_ADMINISTRATIVELY_PROHIBITED = 1
+_RSA_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256")
+_CHUNK = 256 * 1024
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's ``SHA256:...`` fingerprint of a public key (base64, no padding)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+def known_hosts_name(address: str, port: int) -> str:
+    """The name OpenSSH writes into known_hosts: ``addr`` on 22, else ``[addr]:port``."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def load_private_key(path: Path, *, host: str) -> paramiko.PKey:
+    """Read the private key, refusing one that group or others may read."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise TransientError(
+            f"SSH private key {path} does not exist (yet); will retry", host=host
+        ) from None
+    except OSError as exc:
+        raise TransientError(f"SSH private key {path} cannot be read: {exc}", host=host) from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermanentError(
+            f"SSH private key {path} is accessible by group or others "
+            f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it",
+            host=host,
+        )
+    try:
+        return paramiko.PKey.from_path(path)
+    except FileNotFoundError:
+        raise TransientError(
+            f"SSH private key {path} does not exist (yet); will retry", host=host
+        ) from None
+    except paramiko.PasswordRequiredException as exc:
+        raise PermanentError(
+            f"SSH private key {path} is passphrase-protected; proxyfleet needs an unencrypted key",
+            host=host,
+        ) from exc
+    except (paramiko.SSHException, ValueError, TypeError) as exc:
+        raise PermanentError(f"SSH private key {path} cannot be parsed: {exc}", host=host) from exc
+
+
+def _known_keys(known_hosts: Path, name: str, *, host: str) -> dict[str, paramiko.PKey]:
+    try:
+        keys = paramiko.HostKeys(str(known_hosts))
+    except FileNotFoundError:
+        raise TransientError(
+            f"known_hosts file {known_hosts} does not exist (yet); will retry", host=host
+        ) from None
+    except (OSError, paramiko.SSHException) as exc:
+        raise PermanentError(
+            f"known_hosts file {known_hosts} is unusable: {exc}", host=host
+        ) from exc
+    entry = keys.lookup(name)
+    return dict(entry.items()) if entry else {}
+
+
+def _preferred_algorithms(known: dict[str, paramiko.PKey]) -> list[str]:
+    """Host key algorithms to offer, like OpenSSH: those known_hosts has a key for."""
+    algorithms: list[str] = []
+    for key_type in known:
+        algorithms.extend(_RSA_ALGORITHMS if key_type == "ssh-rsa" else (key_type,))
+    return algorithms
+
+
+def check_host_key(
+    known: dict[str, paramiko.PKey],
+    offered: paramiko.PKey,
+    *,
+    name: str,
+    known_hosts: Path,
+    host: str,
+) -> None:
+    """Strict checking: the offered key must be listed for ``name``, byte for byte."""
+    key_type = offered.get_name()
+    seen = f"{key_type} {fingerprint(offered)}"
+    expected = known.get(key_type)
+    if expected is None:
+        raise PermanentError(
+            f"host key of {name} is not in {known_hosts} (server offered {seen}); "
+            "add it with ssh-keyscan after checking the fingerprint on the host",
+            host=host,
+        )
+    if expected.asbytes() != offered.asbytes():
+        raise PermanentError(
+            f"HOST KEY CHANGED for {name}: server offered {seen}, {known_hosts} "
+            f"lists {fingerprint(expected)}; refusing to connect",
+            host=host,
+        )
+
+
+class SshConnection:
+    """The SSH link to one host: lazy, strict, redialled after a drop. Thread-safe."""
+
+    def __init__(self, host: Host, settings: SshSettings) -> None:
+        self._host = host
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._transport: paramiko.Transport | None = None
+        self._streamlocal_refused = False
+
+    @property
+    def name(self) -> str:
+        return known_hosts_name(self._host.address, self._host.port)
+
+    @property
+    def streamlocal_refused(self) -> bool:
+        """True once this connection's server refused unix socket forwarding."""
+        return self._streamlocal_refused
+
+    @property
+    def is_active(self) -> bool:
+        transport = self._transport
+        return transport is not None and transport.is_active()
+
+    def transport(self) -> paramiko.Transport:
+        """The live transport, dialling first if there is none or it dropped."""
+        with self._lock:
+            current = self._transport
+            if current is not None and current.is_active():
+                return current
+            if current is not None:
+                log.info("SSH connection to %s dropped; redialling", self.name)
+                current.close()
+            self._transport = self._dial()
+            self._streamlocal_refused = False
+            return self._transport
+
+    def close(self) -> None:
+        with self._lock:
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+    def _dial(self) -> paramiko.Transport:
+        host, settings = self._host.name, self._settings
+        key = load_private_key(settings.key_file, host=host)
+        known = _known_keys(settings.known_hosts_file, self.name, host=host)
+        started = time.monotonic()
+        try:
+            sock = socket.create_connection(
+                (self._host.address, self._host.port), timeout=settings.connect_timeout
+            )
+        except OSError as exc:
+            raise TransientError(f"cannot reach SSH at {self.name}: {exc}", host=host) from exc
+        _enable_tcp_keepalive(sock, settings.keepalive_interval)
+        transport = paramiko.Transport(sock)
+        try:
+            if known:
+                transport.get_security_options().key_types = _preferred_algorithms(known)
+            transport.start_client(timeout=settings.connect_timeout)
+            check_host_key(
+                known,
+                transport.get_remote_server_key(),
+                name=self.name,
+                known_hosts=settings.known_hosts_file,
+                host=host,
+            )
+            self._authenticate(transport, key)
+        except BaseException:
+            transport.close()
+            raise
+        transport.set_keepalive(max(1, int(settings.keepalive_interval)))
+        log.info(
+            "SSH connected to %s as %s in %.0f ms",
+            self.name,
+            self._host.user,
+            (time.monotonic() - started) * 1000,
+        )
+        return transport
+
+    def _authenticate(self, transport: paramiko.Transport, key: paramiko.PKey) -> None:
+        host = self._host.name
+        try:
+            transport.auth_publickey(self._host.user, key)
+        except paramiko.AuthenticationException as exc:
+            raise PermanentError(
+                f"SSH server {self.name} refused key {fingerprint(key)} for user "
+                f"{self._host.user}: {exc}",
+                host=host,
+            ) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransientError(
+                f"SSH authentication to {self.name} failed: {exc}", host=host
+            ) from exc
+        if not transport.is_authenticated():
+            raise PermanentError(
+                f"SSH server {self.name} wants more than public-key authentication", host=host
+            )
+
+    def open_libvirt_channel(self) -> paramiko.Channel:
+        """A fresh channel speaking the libvirt RPC protocol to the host's libvirtd."""
+        transport = self.transport()
+        timeout = self._settings.connect_timeout
+        if not self._streamlocal_refused:
+            try:
+                return open_streamlocal(transport, self._host.socket, timeout=timeout)
+            except paramiko.ChannelException as exc:
+                if exc.code != _OPEN_ADMINISTRATIVELY_PROHIBITED:
+                    raise TransientError(
+                        f"sshd on {self.name} cannot open libvirt socket {self._host.socket}: "
+                        f"{exc.text}",
+                        host=self._host.name,
+                    ) from exc
+                log.info(
+                    "sshd on %s refuses unix socket forwarding; using %s",
+                    self.name,
+                    SSH_HELPER_COMMAND,
+                )
+                self._streamlocal_refused = True
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise TransientError(
+                    f"opening a channel to {self.name} failed: {exc}", host=self._host.name
+                ) from exc
+        try:
+            channel = transport.open_session(timeout=timeout)
+            channel.exec_command(SSH_HELPER_COMMAND)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransientError(
+                f"running {SSH_HELPER_COMMAND} on {self.name} failed: {exc}", host=self._host.name
+            ) from exc
+        return channel
+
+
+def open_streamlocal(
+    transport: paramiko.Transport, path: str, *, timeout: float
+) -> paramiko.Channel:
+    """Open ``direct-streamlocal@openssh.com`` to the remote unix socket ``path``.
+
+    paramiko's ``open_channel`` packs a payload only for the tcpip and x11
+    kinds, so this follows its body with the payload of OpenSSH's PROTOCOL,
+    section 2.4: string socket path, string reserved, uint32 reserved.
+    Raises paramiko.ChannelException with the server's reason code on refusal.
+    """
+    t: Any = transport  # private paramiko API, stable since 1.15
+    if not t.active:
+        raise paramiko.SSHException("SSH session not active")
+    with t.lock:
+        window_size = t._sanitize_window_size(None)
+        max_packet_size = t._sanitize_packet_size(None)
+        chanid = t._next_channel()
+        message = paramiko.Message()
+        message.add_byte(paramiko.common.cMSG_CHANNEL_OPEN)
+        message.add_string(STREAMLOCAL)
+        message.add_int(chanid)
+        message.add_int(window_size)
+        message.add_int(max_packet_size)
+        message.add_string(path)
+        message.add_string("")
+        message.add_int(0)
+        channel: Any = paramiko.Channel(chanid)
+        t._channels.put(chanid, channel)
+        event = threading.Event()
+        t.channel_events[chanid] = event
+        t.channels_seen[chanid] = True
+        channel._set_transport(transport)
+        channel._set_window(window_size, max_packet_size)
+    t._send_user_message(message)
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.1):
+        if not t.active:
+            raise t.get_exception() or paramiko.SSHException("Unable to open channel.")
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Timeout opening channel.")
+    opened = t._channels.get(chanid)
+    if opened is None:
+        raise t.get_exception() or paramiko.SSHException("Unable to open channel.")
+    result: paramiko.Channel = opened
+    return result
+
+
+def _enable_tcp_keepalive(sock: socket.socket, interval: float) -> None:
+    """Let the kernel notice a dead peer too (paramiko's keepalives expect no reply)."""
+    seconds = max(1, int(interval))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, seconds)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+class SocketBridge:
+    """A local unix socket whose every connection is piped into a fresh SSH channel.
+
+    The socket lives in a private ``mkdtemp`` directory (mode 0700), so only
+    this user can reach the hypervisor through it. ``prepare()`` opens the
+    channel in the caller's thread, so that SSH errors surface there,
+    classified, instead of as an EOF inside libvirt; a connection that
+    arrives without a prepared channel opens its own. Each connection is
+    pumped by two threads, one per direction.
+    """
+
+    def __init__(self, open_channel: Callable[[], paramiko.Channel], *, label: str) -> None:
+        self._open_channel = open_channel
+        self._label = label
+        self._dir = tempfile.mkdtemp(prefix="proxyfleet-")
+        os.chmod(self._dir, 0o700)
+        self.path = os.path.join(self._dir, "libvirt-sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.path)
+        self._server.listen(8)
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._prepared: list[paramiko.Channel] = []
+        self._live: set[socket.socket] = set()
+        self._channels: set[paramiko.Channel] = set()
+        self.stderr_tail = ""
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name=f"bridge-{label}", daemon=True
+        )
+        self._acceptor.start()
+
+    @property
+    def uri(self) -> str:
+        return f"qemu+unix:///system?socket={self.path}"
+
+    def prepare(self) -> None:
+        """Open the channel the next accepted connection will use."""
+        channel = self._open_channel()
+        with self._lock:
+            stale, self._prepared = self._prepared, [channel]
+        for old in stale:
+            old.close()
+
+    def close(self) -> None:
+        """Stop accepting, close every pumped connection, remove the directory. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._server.close()
+        with self._lock:
+            channels = [*self._prepared, *self._channels]
+            sockets = list(self._live)
+            self._prepared.clear()
+        for channel in channels:
+            channel.close()
+        for sock in sockets:
+            _close_quietly(sock)
+        self._acceptor.join(timeout=2)
+        for leftover in (self.path, self._dir):
+            try:
+                (os.unlink if leftover == self.path else os.rmdir)(leftover)
+            except OSError:
+                log.debug("bridge cleanup: %s already gone", leftover)
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                ready, _, _ = select.select([self._server], [], [], 0.5)
+                if not ready:
+                    continue
+                client, _ = self._server.accept()
+            except (OSError, ValueError):
+                return
+            self._serve(client)
+
+    def _serve(self, client: socket.socket) -> None:
+        with self._lock:
+            channel = self._prepared.pop(0) if self._prepared else None
+        if channel is None:
+            try:
+                channel = self._open_channel()
+            except HostError as exc:
+                log.warning("bridge %s: cannot open a channel: %s", self._label, exc)
+                _close_quietly(client)
+                return
+        with self._lock:
+            self._live.add(client)
+            self._channels.add(channel)
+        up = threading.Thread(
+            target=self._pump_up, args=(client, channel), name=f"up-{self._label}", daemon=True
+        )
+        down = threading.Thread(
+            target=self._pump_down, args=(client, channel), name=f"down-{self._label}", daemon=True
+        )
+        up.start()
+        down.start()
+
+    def _pump_up(self, client: socket.socket, channel: paramiko.Channel) -> None:
+        """libvirt -> hypervisor."""
+        try:
+            while True:
+                data = client.recv(_CHUNK)
+                if not data:
+                    break
+                channel.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            self._finish(client, channel)
+
+    def _pump_down(self, client: socket.socket, channel: paramiko.Channel) -> None:
+        """hypervisor -> libvirt; also keeps the tail of an exec channel's stderr."""
+        try:
+            while True:
+                select.select([channel], [], [], 1.0)
+                if channel.recv_stderr_ready():
+                    text = channel.recv_stderr(4096).decode("utf-8", "replace")
+                    self.stderr_tail = (self.stderr_tail + text)[-2000:]
+                    log.warning("bridge %s: remote helper says: %s", self._label, text.strip())
+                if channel.recv_ready():
+                    data = channel.recv(_CHUNK)
+                    if not data:
+                        break
+                    client.sendall(data)
+                elif channel.closed or channel.eof_received:
+                    break
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            self._finish(client, channel)
+
+    def _finish(self, client: socket.socket, channel: paramiko.Channel) -> None:
+        channel.close()
+        _close_quietly(client)
+        with self._lock:
+            self._live.discard(client)
+            self._channels.discard(channel)
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
