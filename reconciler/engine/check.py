@@ -13,14 +13,16 @@ is good enough for the old one to go.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reconciler.adapters.host import Hypervisor
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
-from reconciler.model import fleet
-from reconciler.model.report import Health
+from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Repo, fleet
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 from reconciler.model.settings import ApplySettings
 
 log = logging.getLogger(__name__)
@@ -100,3 +102,184 @@ def _look_once(
         details.append(f"{ip}: {outcome.detail}")
     log.debug("Proxy VM %s on %s failed its health check: %s", domain, host.name, details)
     return VmHealth(ip=addresses[0], health=Health.UNHEALTHY, detail="; ".join(details)), False
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Which VM speaks for a proxy after the apply step, and what is known of it."""
+
+    status: ProxyStatus
+    fresh: bool = False
+    """Created or started in this run: its IP may take a while."""
+
+
+def check_proxies(
+    repo: Repo,
+    plan: Plan,
+    inventory: Inventory,
+    outcomes: Sequence[ActionOutcome],
+    hosts: Mapping[str, Hypervisor],
+    prober: Prober,
+    *,
+    settings: ApplySettings,
+    runtime: Runtime,
+) -> tuple[ProxyStatus, ...]:
+    """One ProxyStatus per proxy of the repo and per owned VM the plan still lists.
+
+    The VM that speaks for a proxy is the one the plan keeps, created, started
+    or (when a replace failed) left in place; running ones on reachable hosts
+    get an IP lookup and a probe, in parallel, VMs of this run waiting up to
+    ``ip_wait_timeout`` for their IP.
+    """
+    results = {o.action: o for o in outcomes}
+    targets = _targets(repo, plan, inventory, results)
+    with ThreadPoolExecutor(max(1, settings.check_concurrency), "check") as pool:
+        futures = [
+            pool.submit(_check_target, repo, t, hosts, prober, settings, runtime) for t in targets
+        ]
+        return tuple(f.result() for f in futures)
+
+
+def _targets(
+    repo: Repo,
+    plan: Plan,
+    inventory: Inventory,
+    results: Mapping[Action, ActionOutcome],
+) -> list[_Target]:
+    by_proxy: dict[str, list[Action]] = {}
+    for action in plan.actions:
+        if action.proxy:
+            by_proxy.setdefault(action.proxy, []).append(action)
+    targets = []
+    for name in sorted({p.name for p in repo.proxies} | set(by_proxy)):
+        proxy = repo.proxy(name)
+        zone = proxy.placement.zone if proxy is not None else ""
+        actions = by_proxy.get(name, [])
+        target = _target_of(name, actions, inventory, results, present=proxy is not None)
+        if target is None:
+            continue
+        if not target.status.zone:
+            host = repo.fleet.host(target.status.host)
+            zone = zone or (host.zone if host is not None else "")
+            target = _Target(replace(target.status, zone=zone), target.fresh)
+        targets.append(target)
+    return targets
+
+
+def _target_of(
+    name: str,
+    actions: Sequence[Action],
+    inventory: Inventory,
+    results: Mapping[Action, ActionOutcome],
+    *,
+    present: bool,
+) -> _Target | None:
+    if not actions:
+        return _Target(
+            ProxyStatus(name, state="absent", health=Health.UNHEALTHY, detail="not planned")
+        )
+    # The planner lists a proxy's kept VM first; for a manifest that is gone,
+    # any VM that is not deleted by now still speaks for it.
+    for action in actions:
+        outcome = results.get(action)
+        if action.kind is ActionKind.DELETE and (
+            outcome is None or outcome.result is ActionResult.SUCCEEDED
+        ):
+            continue
+        return _after(name, action, outcome, inventory)
+    return (
+        None if not present else _Target(ProxyStatus(name, state="absent", health=Health.UNHEALTHY))
+    )
+
+
+def _after(
+    name: str, action: Action, outcome: ActionOutcome | None, inventory: Inventory
+) -> _Target:
+    host, domain = action.host or "", action.domain or ""
+    ok = outcome is not None and outcome.result is ActionResult.SUCCEEDED
+    failure = outcome.error if outcome is not None and not ok else ""
+    kind = action.kind
+    if kind is ActionKind.CREATE:
+        if ok:
+            return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+        state = (
+            "failed" if outcome is not None and outcome.result is ActionResult.FAILED else "absent"
+        )
+        return _Target(
+            ProxyStatus(
+                name,
+                host,
+                domain,
+                state=state,
+                health=Health.UNHEALTHY,
+                detail=f"create: {failure}",
+            )
+        )
+    if kind is ActionKind.REPLACE:
+        if ok:
+            return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+        old = action.replaces
+        if old is None:
+            return _Target(
+                ProxyStatus(
+                    name, host, domain, state="failed", health=Health.UNHEALTHY, detail=failure
+                )
+            )
+        status = _observed(name, old.host, old.domain, inventory)
+        return _Target(replace(status, detail=f"replace: {failure}"))
+    if kind is ActionKind.START and ok:
+        return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+    if kind is ActionKind.BLOCKED and not domain:
+        return _Target(
+            ProxyStatus(
+                name,
+                host,
+                state="absent",
+                health=Health.UNHEALTHY,
+                detail=f"blocked: {action.reason}",
+            )
+        )
+    status = _observed(name, host, domain, inventory)
+    if failure:
+        status = replace(status, detail=f"{kind.value}: {failure}")
+    elif kind in (ActionKind.BLOCKED, ActionKind.ABANDON):
+        status = replace(status, detail=f"{kind.value}: {action.reason}")
+    return _Target(status)
+
+
+def _observed(name: str, host: str, domain: str, inventory: Inventory) -> ProxyStatus:
+    found = inventory.host(host)
+    if found is None or not found.reachable:
+        return ProxyStatus(name, host, domain, state="unknown", detail=f"host {host} unreachable")
+    state = next((d.state.value for d in found.domains if d.name == domain), "absent")
+    return ProxyStatus(name, host, domain, state=state)
+
+
+def _check_target(
+    repo: Repo,
+    target: _Target,
+    hosts: Mapping[str, Hypervisor],
+    prober: Prober,
+    settings: ApplySettings,
+    runtime: Runtime,
+) -> ProxyStatus:
+    status = target.status
+    if status.state in ("unknown", "failed", "absent"):
+        return status
+    if status.state != DomainState.RUNNING.value:
+        return replace(
+            status, health=Health.UNHEALTHY, detail=status.detail or f"VM is {status.state}"
+        )
+    hypervisor = hosts.get(status.host)
+    proxy = repo.proxy(status.name)
+    if hypervisor is None:
+        return status
+    health = proxy.health if proxy is not None else fleet.Health()
+    wait = settings.ip_wait_timeout if target.fresh else 0.0
+    checked = check_vm(
+        hypervisor, status.domain, health, prober, wait=wait, settings=settings, runtime=runtime
+    )
+    detail = "; ".join(d for d in (status.detail, checked.detail) if d)
+    if not checked.found:
+        return replace(status, state="absent", health=Health.UNHEALTHY, detail=detail)
+    return replace(status, ip=checked.ip, health=checked.health, detail=detail)

@@ -1,0 +1,109 @@
+"""Step 3 of a cycle: read every host, in parallel, within a deadline.
+
+A host that raises, or has not answered when the deadline passes, is
+*unreachable*: its VMs are unknown, never absent, so the planner neither
+creates their proxies elsewhere nor forgets them. Each host is read on a
+daemon thread so that a hung host cannot hold the cycle (or the process) past
+the deadline; the adapter's own call deadline ends the thread later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reconciler.adapters.host import Hypervisor
+from reconciler.errors import HostError
+from reconciler.model import Fleet, HostInventory, Inventory
+from reconciler.model.report import HostStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """The inventory the planner reads, and each host's status for the report."""
+
+    inventory: Inventory
+    hosts: tuple[HostStatus, ...]
+
+
+def observe(
+    fleet: Fleet,
+    hypervisors: Mapping[str, Hypervisor],
+    *,
+    timeout: float,
+) -> Observation:
+    """Observe every host of ``fleet`` (those without a hypervisor count as unreachable).
+
+    ``timeout`` is real seconds for the whole observation, not per host.
+    """
+    results: dict[str, HostInventory] = {}
+    lock = threading.Lock()
+
+    def read(name: str, hypervisor: Hypervisor) -> None:
+        inventory = _read_one(name, hypervisor)
+        with lock:
+            results[name] = inventory
+
+    threads = []
+    for host in fleet.hosts:
+        hypervisor = hypervisors.get(host.name)
+        if hypervisor is None:
+            continue
+        thread = threading.Thread(
+            target=read, args=(host.name, hypervisor), name=f"observe-{host.name}", daemon=True
+        )
+        thread.start()
+        threads.append(thread)
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+    inventories = []
+    with lock:
+        for host in fleet.hosts:
+            found = results.get(host.name)
+            if found is None:
+                why = (
+                    f"no answer within {timeout:g} s"
+                    if host.name in hypervisors
+                    else "no connection configured"
+                )
+                log.warning("Host %s counts as unreachable: %s.", host.name, why)
+                found = HostInventory(name=host.name, reachable=False, error=why)
+            inventories.append(found)
+    statuses = tuple(_status(fleet, inv) for inv in inventories)
+    return Observation(inventory=Inventory(hosts=tuple(inventories)), hosts=statuses)
+
+
+def _read_one(name: str, hypervisor: Hypervisor) -> HostInventory:
+    try:
+        found = hypervisor.observe()
+    except Exception as exc:  # any failure means "unknown", never "empty"
+        error = str(exc) or type(exc).__name__
+        if isinstance(exc, HostError):
+            log.warning("Host %s is unreachable: %s", name, error)
+        else:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("Reading host %s failed unexpectedly: %s", name, error, exc_info=True)
+        return HostInventory(name=name, reachable=False, error=error)
+    if not found.reachable:
+        return HostInventory(name=name, reachable=False, error=found.error or "unreachable")
+    return HostInventory(name=name, reachable=True, domains=found.domains)
+
+
+def _status(fleet: Fleet, inventory: HostInventory) -> HostStatus:
+    host = fleet.host(inventory.name)
+    owned = sum(1 for d in inventory.domains if d.owner is not None and d.owner.fleet == fleet.name)
+    return HostStatus(
+        name=inventory.name,
+        reachable=inventory.reachable,
+        error=inventory.error or "",
+        zone=host.zone if host is not None else "",
+        owned=owned,
+        foreign=len(inventory.domains) - owned,
+    )

@@ -1,0 +1,270 @@
+"""One reconcile cycle: load -> observe -> plan -> apply -> check -> report.
+
+The caller (the daemon, or ``proxyfleet apply``) has already fetched the
+source and passes its directory and revision. A broken repo stops the cycle
+before any host is contacted: the report is Stalled and lists every problem.
+Nothing escapes as an exception: a bug becomes a FAILED report, logged with
+its traceback.
+
+``Engine`` holds what lives across cycles: one connection per host
+(``HostPool``), the image cache, the prober, settings and the runtime.
+``prepare`` and ``finish`` split a cycle where ``apply`` asks the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from reconciler.adapters.host import Hypervisor
+from reconciler.core.manifests import load_repo
+from reconciler.core.planner import plan as make_plan
+from reconciler.engine.check import Prober, check_proxies
+from reconciler.engine.executor import Executor, ImageSource
+from reconciler.engine.observe import Observation, observe
+from reconciler.engine.pool import HostFactory, HostPool
+from reconciler.engine.runtime import Runtime
+from reconciler.errors import InvalidInput
+from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model.plan import MUTATING
+from reconciler.model.report import (
+    ActionOutcome,
+    ActionResult,
+    Condition,
+    Health,
+    HostStatus,
+    ProxyStatus,
+    RunReport,
+    RunResult,
+)
+from reconciler.model.settings import ApplySettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A cycle up to its plan: what ``finish`` carries out."""
+
+    started: datetime
+    revision: str
+    repo: Repo
+    hosts: Mapping[str, Hypervisor]
+    observation: Observation
+    plan: Plan
+
+
+class Engine:
+    """The reconcile machinery of one daemon (or one ``apply``), kept across cycles."""
+
+    def __init__(
+        self,
+        host_factory: HostFactory,
+        *,
+        images: ImageSource,
+        prober: Prober,
+        settings: ApplySettings | None = None,
+        runtime: Runtime | None = None,
+    ) -> None:
+        self.pool = HostPool(host_factory)
+        self.images = images
+        self.prober = prober
+        self.settings = settings if settings is not None else ApplySettings()
+        self.runtime = runtime if runtime is not None else Runtime.interruptible()
+
+    def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
+        """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
+        started = self.runtime.clock()
+        try:
+            prepared = self.prepare(root, revision=revision, started=started)
+            if isinstance(prepared, RunReport):
+                return prepared
+            return self.finish(prepared)
+        except Exception as exc:  # the loop must survive its own bugs
+            log.error("The reconcile run failed unexpectedly: %s", exc, exc_info=True)
+            return RunReport(
+                started=started,
+                finished=self.runtime.clock(),
+                result=RunResult.FAILED,
+                revision=revision,
+                problems=(f"{type(exc).__name__}: {exc}",),
+                conditions=_failed_conditions(f"{type(exc).__name__}: {exc}"),
+            )
+
+    def prepare(
+        self, root: Path, *, revision: str, started: datetime | None = None
+    ) -> Prepared | RunReport:
+        """Load, observe and plan. A repo that does not load gives a Stalled report."""
+        started = started if started is not None else self.runtime.clock()
+        try:
+            repo = load_repo(root)
+        except InvalidInput as exc:
+            problems = tuple(str(p) for p in exc.problems)
+            log.error(
+                "The fleet repo at %s has %d problem(s); nothing applied.",
+                revision or root,
+                len(problems),
+            )
+            return stalled_report(
+                problems, revision=revision, started=started, finished=self.runtime.clock()
+            )
+        hosts = self.pool.sync(repo.fleet.hosts)
+        observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
+        plan = make_plan(repo, observation.inventory)
+        log.info("Planned %s.", _summary(plan))
+        return Prepared(started, revision, repo, hosts, observation, plan)
+
+    def finish(self, prepared: Prepared) -> RunReport:
+        """Apply the plan, check every proxy and build the report."""
+        executor = Executor(
+            prepared.repo,
+            prepared.hosts,
+            images=self.images,
+            prober=self.prober,
+            revision=prepared.revision,
+            settings=self.settings,
+            runtime=self.runtime,
+        )
+        outcomes = executor.run(prepared.plan)
+        proxies = check_proxies(
+            prepared.repo,
+            prepared.plan,
+            prepared.observation.inventory,
+            outcomes,
+            prepared.hosts,
+            self.prober,
+            settings=self.settings,
+            runtime=self.runtime,
+        )
+        return build_report(prepared, outcomes, proxies, finished=self.runtime.clock())
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def reconcile_once(root: Path, *, revision: str, engine: Engine) -> RunReport:
+    """One cycle with ``engine`` (see ``Engine.reconcile_once``)."""
+    return engine.reconcile_once(root, revision=revision)
+
+
+def stalled_report(
+    problems: Sequence[str],
+    *,
+    revision: str,
+    started: datetime,
+    finished: datetime,
+    reason: str = "ValidationFailed",
+) -> RunReport:
+    """Nothing attempted: the manifests (or, with another ``reason``, the source) are unusable."""
+    message = f"{len(problems)} problem(s); nothing was planned or applied"
+    return RunReport(
+        started=started,
+        finished=finished,
+        result=RunResult.STALLED,
+        revision=revision,
+        problems=tuple(problems),
+        conditions=(
+            Condition("Ready", False, reason, message),
+            Condition("Reconciling", False, reason, message),
+            Condition("Stalled", True, reason, message),
+        ),
+    )
+
+
+def build_report(
+    prepared: Prepared,
+    outcomes: Sequence[ActionOutcome],
+    proxies: Sequence[ProxyStatus],
+    *,
+    finished: datetime,
+) -> RunReport:
+    results = [o.result for o in outcomes]
+    result = RunResult.SUCCESS
+    if any(r is not ActionResult.SUCCEEDED for r in results):
+        result = RunResult.PARTIAL
+    hosts = prepared.observation.hosts
+    suspended = prepared.repo.fleet.policy.suspend
+    return RunReport(
+        started=prepared.started,
+        finished=finished,
+        result=result,
+        revision=prepared.revision,
+        plan=prepared.plan,
+        outcomes=tuple(outcomes),
+        proxies=tuple(proxies),
+        hosts=hosts,
+        conditions=conditions(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
+        suspended=suspended,
+    )
+
+
+def conditions(
+    plan: Plan,
+    outcomes: Sequence[ActionOutcome],
+    proxies: Sequence[ProxyStatus],
+    hosts: Sequence[HostStatus],
+    *,
+    suspended: bool,
+) -> tuple[Condition, ...]:
+    """Ready / Reconciling / Stalled for a run that got as far as a plan.
+
+    Ready is True only when every planned action succeeded, nothing is
+    blocked, every host answered and every proxy passed its health check;
+    otherwise its reason names the first thing in that list that is wrong.
+    Reconciling is True while the fleet is expected to move on its own (a
+    retry is due, or changes were applied and are not ready yet). Stalled is
+    only ever True for a repo that does not load (``stalled_report``).
+    """
+    failed = sum(1 for o in outcomes if o.result is ActionResult.FAILED)
+    skipped = sum(1 for o in outcomes if o.result is ActionResult.SKIPPED)
+    blocked = len(plan.of_kind(ActionKind.BLOCKED))
+    unreachable = sum(1 for h in hosts if not h.reachable)
+    unhealthy = sum(1 for p in proxies if p.health is not Health.HEALTHY)
+    issues = [
+        ("ActionsFailed", failed, "action(s) failed"),
+        ("Interrupted", skipped, "action(s) skipped by a shutdown"),
+        ("Suspended", int(suspended), "policy.suspend is on"),
+        ("ActionsBlocked", blocked, "action(s) blocked by a safety rule"),
+        ("HostsUnreachable", unreachable, "host(s) unreachable"),
+        ("ProxiesUnhealthy", unhealthy, "proxy(ies) not healthy"),
+    ]
+    found = [(reason, f"{count} {text}") for reason, count, text in issues if count]
+    if found:
+        ready = Condition("Ready", False, found[0][0], "; ".join(text for _, text in found))
+    else:
+        ready = Condition("Ready", True, "Reconciled", f"{len(proxies)} proxy(ies) healthy")
+    applied = sum(1 for o in outcomes if o.result is ActionResult.SUCCEEDED)
+    if failed or skipped:
+        reconciling = Condition(
+            "Reconciling", True, "RetryPending", "the next run retries what did not succeed"
+        )
+    elif applied and not ready.status:
+        reconciling = Condition(
+            "Reconciling", True, "ChangesApplied", f"{applied} action(s) applied; not ready yet"
+        )
+    elif applied:
+        reconciling = Condition(
+            "Reconciling", False, "Converged", f"{applied} action(s) applied; the fleet matches"
+        )
+    else:
+        reconciling = Condition("Reconciling", False, "NoChanges", "nothing was applied")
+    stalled = Condition("Stalled", False, "Valid", "the fleet repo loaded")
+    return (ready, reconciling, stalled)
+
+
+def _failed_conditions(message: str) -> tuple[Condition, ...]:
+    return (
+        Condition("Ready", False, "RunFailed", message),
+        Condition("Reconciling", False, "RunFailed", message),
+        Condition("Stalled", False, "RunFailed", message),
+    )
+
+
+def _summary(plan: Plan) -> str:
+    counts = plan.summary()
+    mutating = sum(counts[k.value] for k in MUTATING)
+    parts = [f"{n} {kind}" for kind, n in counts.items() if n]
+    return f"{mutating} change(s): " + (", ".join(parts) if parts else "nothing")
