@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.core.digest import proxy_digest
-from reconciler.core.planner import domain_name, resolve_image
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.model import (
     CloudInit,
     Domain,

@@ -18,7 +18,8 @@ import pytest
 from planworld import build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
-from reconciler.core.planner import domain_name, plan
+from reconciler.core.naming import domain_name
+from reconciler.core.planner import plan
 from reconciler.model import Action, ActionKind, Inventory, Plan, Repo
 
 CASES = Path(__file__).parent / "plan_cases"

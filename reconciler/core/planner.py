@@ -20,13 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reconciler.core.digest import proxy_digest
+from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.model import (
     Action,
     ActionKind,
     DomainRef,
     DomainState,
     DriftMode,
-    Fleet,
     Host,
     Image,
     Inventory,
@@ -307,18 +307,3 @@ class _Planner:
             else a
             for a in actions
         ]
-
-
-# -- stand-ins until reconciler.core.naming and resolve_image land (issue 2) ------------------
-
-MAX_DOMAIN_NAME = 63
-
-
-def domain_name(fleet: str, proxy: str, digest: str) -> str:
-    return f"pf-{fleet}-{proxy}-{digest[:8]}"
-
-
-def resolve_image(fleet: Fleet, placement_image: str) -> Image | None:
-    if placement_image.startswith("https://"):
-        return Image(key="url", url=placement_image)
-    return fleet.image(placement_image)
