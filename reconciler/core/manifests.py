@@ -14,14 +14,13 @@ file and line: nothing may act on a half-valid fleet.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.core import naming
+from reconciler.core import crossref
 from reconciler.core.schemacheck import SCHEMA_FILES, check, did_you_mean
-from reconciler.core.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.core.yamlload import Document, FieldPath, load_documents
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import (
     CloudInit,
@@ -43,7 +42,7 @@ from reconciler.model.fleet import (
     Repo,
 )
 
-FLEET_FILE = "fleet.yaml"
+FLEET_FILE = crossref.FLEET_FILE
 """The one file, at the repo root, that holds the ``kind: Fleet`` document."""
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -55,6 +54,7 @@ class _Loaded:
 
     kind: str
     document: Document
+    valid: bool
 
 
 def load_repo(root: Path) -> Repo:
@@ -71,17 +71,19 @@ def load_repo(root: Path) -> Repo:
         problems.extend(found)
         for document in documents:
             problems.extend(_classify(document, loaded))
-    fleet_doc = _pick_fleet(root, loaded, broken_files, problems)
-    fleet: Fleet | None = None
-    if fleet_doc is not None:
-        fleet = _fleet(fleet_doc)
-        problems.extend(_check_hosts(fleet_doc, fleet))
-    proxies = [(_proxy(item.document), item.document) for item in loaded if item.kind == "Proxy"]
-    problems.extend(_check_proxies(proxies, fleet))
-    if problems or fleet is None:
+    fleet_item = _pick_fleet(root, loaded, broken_files, problems)
+    proxy_docs = [item.document for item in loaded if item.kind == "Proxy"]
+    names = crossref.fleet_names(fleet_item.document) if fleet_item else None
+    semantic = list(crossref.check_proxies(proxy_docs, names))
+    if fleet_item is not None:
+        semantic.extend(crossref.check_fleet(fleet_item.document))
+    # A field the schema already rejected needs no second, derived complaint.
+    rejected = {(p.file, p.field) for p in problems}
+    problems.extend(p for p in semantic if (p.file, p.field) not in rejected)
+    if problems or fleet_item is None:
         raise InvalidInput(sorted(set(problems), key=_order))
-    ordered = sorted((proxy for proxy, _ in proxies), key=lambda p: p.name)
-    return Repo(fleet=fleet, proxies=tuple(ordered))
+    proxies = sorted((_proxy(doc) for doc in proxy_docs), key=lambda proxy: proxy.name)
+    return Repo(fleet=_fleet(fleet_item.document), proxies=tuple(proxies))
 
 
 def manifest_files(root: Path) -> list[str]:
@@ -130,19 +132,15 @@ def _classify(document: Document, loaded: list[_Loaded]) -> list[Problem]:
         )
         return [Problem(document.file, mark.line, mark.column, "kind", message)]
     problems = check(document, kind)
-    if not problems:
-        loaded.append(_Loaded(kind, document))
-    elif kind == "Fleet":
-        # Still counts as "a Fleet was written here" for the one-fleet rule.
-        loaded.append(_Loaded("BrokenFleet", document))
+    loaded.append(_Loaded(kind, document, valid=not problems))
     return problems
 
 
 def _pick_fleet(
     root: Path, loaded: list[_Loaded], broken_files: set[str], problems: list[Problem]
-) -> Document | None:
-    """The valid Fleet of the repo, reporting misplaced, second and missing ones."""
-    fleets = [item for item in loaded if item.kind in ("Fleet", "BrokenFleet")]
+) -> _Loaded | None:
+    """The Fleet of the repo (valid or not), reporting misplaced, second and missing ones."""
+    fleets = [item for item in loaded if item.kind == "Fleet"]
     fleets.sort(key=lambda item: (item.document.file != FLEET_FILE, item.document.file))
     first = fleets[0] if fleets and fleets[0].document.file == FLEET_FILE else None
     for item in fleets:
@@ -163,9 +161,7 @@ def _pick_fleet(
         else:
             message = "missing: the repo root needs a fleet.yaml with kind: Fleet"
         problems.append(Problem(FLEET_FILE, 0, 0, "", message))
-    if first is None or first.kind != "Fleet":
-        return None
-    return first.document
+    return first
 
 
 def _location(document: Document) -> Location:
@@ -278,88 +274,3 @@ def _proxy(document: Document) -> Proxy:
         labels=tuple(sorted(labels.items())),
         location=_location(document),
     )
-
-
-def _at(document: Document, path: FieldPath, message: str) -> Problem:
-    mark = document.value_mark(path)
-    return Problem(document.file, mark.line, mark.column, format_path(path), message)
-
-
-def _where(document: Document, path: FieldPath) -> str:
-    mark = document.value_mark(path)
-    return f"{document.file}:{mark.line}:{mark.column}"
-
-
-def _check_hosts(document: Document, fleet: Fleet) -> Iterator[Problem]:
-    """Host names unique; no two hosts at the same SSH address and port."""
-    names: dict[str, int] = {}
-    endpoints: dict[tuple[str, int], int] = {}
-    for index, host in enumerate(fleet.hosts):
-        base: FieldPath = ("spec", "hosts", index)
-        if host.name in names:
-            first = _where(document, ("spec", "hosts", names[host.name], "name"))
-            yield _at(
-                document, (*base, "name"), f"duplicate host name '{host.name}' (also at {first})"
-            )
-        else:
-            names[host.name] = index
-        endpoint = (host.address.lower(), host.port)
-        if endpoint in endpoints:
-            other = fleet.hosts[endpoints[endpoint]]
-            first = _where(document, ("spec", "hosts", endpoints[endpoint], "address"))
-            message = (
-                f"same address and port ({host.address}:{host.port}) as host "
-                f"'{other.name}' at {first}"
-            )
-            yield _at(document, (*base, "address"), message)
-        else:
-            endpoints[endpoint] = index
-
-
-def _check_proxies(proxies: list[tuple[Proxy, Document]], fleet: Fleet | None) -> Iterator[Problem]:
-    """Unique proxy names, and references that resolve in the fleet."""
-    first_seen: dict[str, Document] = {}
-    for proxy, document in sorted(proxies, key=lambda item: (item[1].file, item[1].start.line)):
-        name_path: FieldPath = ("metadata", "name")
-        if proxy.name in first_seen:
-            where = _where(first_seen[proxy.name], name_path)
-            yield _at(document, name_path, f"duplicate proxy name '{proxy.name}' (also at {where})")
-        else:
-            first_seen[proxy.name] = document
-        if fleet is not None:
-            yield from _check_references(proxy, document, fleet)
-
-
-def _check_references(proxy: Proxy, document: Document, fleet: Fleet) -> Iterator[Problem]:
-    placement = proxy.placement
-    base: FieldPath = ("spec", "placement")
-    length = naming.domain_name_length(fleet.name, proxy.name)
-    if length > naming.MAX_DOMAIN_NAME:
-        message = (
-            f"too long: the VM's domain name pf-{fleet.name}-{proxy.name}-<digest> would have "
-            f"{length} characters, at most {naming.MAX_DOMAIN_NAME} are allowed"
-        )
-        yield _at(document, ("metadata", "name"), message)
-    if not naming.is_image_url(placement.image) and fleet.image(placement.image) is None:
-        known = [image.key for image in fleet.images]
-        yield _at(document, (*base, "image"), _unknown("image", placement.image, known))
-    if fleet.machine_type(placement.machine_type) is None:
-        known = [machine.key for machine in fleet.machine_types]
-        message = _unknown("machine type", placement.machine_type, known)
-        yield _at(document, (*base, "machineType"), message)
-    zones = sorted({host.zone for host in fleet.hosts})
-    if placement.zone not in zones:
-        yield _at(document, (*base, "zone"), _unknown("zone", placement.zone, zones))
-    if placement.host is not None:
-        host = fleet.host(placement.host)
-        if host is None:
-            known = [h.name for h in fleet.hosts]
-            yield _at(document, (*base, "host"), _unknown("host", placement.host, known))
-        elif host.zone != placement.zone:
-            message = f"host '{host.name}' is in zone '{host.zone}', not in '{placement.zone}'"
-            yield _at(document, (*base, "host"), message)
-
-
-def _unknown(what: str, name: str, known: list[str]) -> str:
-    listing = ", ".join(known) if known else "none"
-    return f"unknown {what} '{name}'{did_you_mean(name, known)}; {FLEET_FILE} has: {listing}"

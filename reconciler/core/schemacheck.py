@@ -64,9 +64,19 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 def check(document: Document, kind: str) -> list[Problem]:
     """Every schema problem of ``document`` validated as ``kind``."""
+    errors = list(_validator(kind).iter_errors(document.data))
+    # "unknown field 'imgae' (did you mean 'image'?)" already says image is missing.
+    suggested: set[FieldPath] = set()
+    for error in errors:
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = _properties(error)
+            for key in error.instance:
+                best = None if key in allowed else suggest(key, allowed)
+                if best:
+                    suggested.add((*error.absolute_path, best))
     found: set[Problem] = set()
-    for error in _validator(kind).iter_errors(document.data):
-        found.update(_problems(error, document))
+    for error in errors:
+        found.update(_problems(error, document, suggested))
     return sorted(found, key=lambda p: (p.line, p.column, p.field, p.message))
 
 
@@ -74,7 +84,14 @@ def _problem(document: Document, mark: Mark, path: FieldPath, message: str) -> P
     return Problem(document.file, mark.line, mark.column, format_path(path), message)
 
 
-def _problems(error: ValidationError, document: Document) -> Iterator[Problem]:
+def _properties(error: ValidationError) -> list[str]:
+    sub = error.schema if isinstance(error.schema, dict) else {}
+    return sorted(sub.get("properties", {}))
+
+
+def _problems(
+    error: ValidationError, document: Document, suggested: set[FieldPath]
+) -> Iterator[Problem]:
     path: FieldPath = tuple(error.absolute_path)
     sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
     hint = sub.get("x-message")
@@ -85,12 +102,12 @@ def _problems(error: ValidationError, document: Document) -> Iterator[Problem]:
         yield _problem(document, document.key_mark(child), child, message)
     elif error.validator == "required" and isinstance(instance, dict):
         for name in _strings(error.validator_value):
-            if name not in instance:
-                child = (*path, name)
+            child = (*path, name)
+            if name not in instance and child not in suggested:
                 mark = document.key_mark(path)
                 yield _problem(document, mark, child, "required field is missing")
     elif error.validator == "additionalProperties" and isinstance(instance, dict):
-        allowed = sorted(sub.get("properties", {}))
+        allowed = _properties(error)
         for key in instance:
             if key not in allowed:
                 child = (*path, key)
