@@ -21,7 +21,7 @@ from typing import Protocol
 from reconciler.adapters.host import Hypervisor
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
-from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Repo, fleet
+from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 from reconciler.model.settings import ApplySettings
 
@@ -158,12 +158,31 @@ def _targets(
         target = _target_of(name, actions, inventory, results, present=proxy is not None)
         if target is None:
             continue
+        if (
+            proxy is not None
+            and target.status.state == "absent"
+            and _may_hide(proxy, repo, inventory)
+        ):
+            # Not seen is not absent: its VM may run on the host that did not answer.
+            unknown = replace(target.status, state="unknown", health=Health.UNKNOWN)
+            target = _Target(unknown)
         if not target.status.zone:
             host = repo.fleet.host(target.status.host)
             zone = zone or (host.zone if host is not None else "")
             target = _Target(replace(target.status, zone=zone), target.fresh)
         targets.append(target)
     return targets
+
+
+def _may_hide(proxy: Proxy, repo: Repo, inventory: Inventory) -> bool:
+    """True when a host that could hold ``proxy``'s VM (its zone's, its pin) was not read."""
+    pin = proxy.placement.host
+    for host in repo.fleet.hosts:
+        if host.zone == proxy.placement.zone or host.name == pin:
+            seen = inventory.host(host.name)
+            if seen is None or not seen.reachable:
+                return True
+    return False
 
 
 def _target_of(
@@ -230,15 +249,12 @@ def _after(
     if kind is ActionKind.START and ok:
         return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
     if kind is ActionKind.BLOCKED and not domain:
-        return _Target(
-            ProxyStatus(
-                name,
-                host,
-                state="absent",
-                health=Health.UNHEALTHY,
-                detail=f"blocked: {action.reason}",
-            )
-        )
+        blocked = f"blocked: {action.reason}"
+        if action.replaces is not None:  # the old VM still serves
+            serving = _observed(name, action.replaces.host, action.replaces.domain, inventory)
+            return _Target(replace(serving, detail=blocked))
+        status = ProxyStatus(name, host, state="absent", health=Health.UNHEALTHY, detail=blocked)
+        return _Target(status)
     status = _observed(name, host, domain, inventory)
     if failure:
         status = replace(status, detail=f"{kind.value}: {failure}")

@@ -1,0 +1,298 @@
+"""One reconcile cycle end to end: a repo on disk, fake hosts, fake time."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from enginefakes import FakeImages, FakeProber, FakeTime, LocalFakeHost
+
+from reconciler.engine.pool import HostPool
+from reconciler.engine.reconcile import Engine
+from reconciler.errors import PermanentError, TransientError
+from reconciler.model import ActionKind, Host
+from reconciler.model.report import ActionResult, Health, RunReport, RunResult
+from reconciler.model.settings import ApplySettings
+
+FLEET = """\
+apiVersion: proxyfleet/v1
+kind: Fleet
+metadata:
+  name: home
+spec:
+  images:
+    debian-12:
+      url: https://images.example.test/debian-12.qcow2
+  machineTypes:
+    small: {vcpus: 1, memoryMiB: 512, diskGiB: 4}
+  hosts:
+HOSTS
+  policy:
+    prune: true
+    maxDeletesPerRun: 5
+"""
+
+HOST = """\
+    - name: NAME
+      address: NAME.example.test
+      zone: a
+      network: {bridge: br0}
+"""
+
+PROXY = """\
+---
+apiVersion: proxyfleet/v1
+kind: Proxy
+metadata:
+  name: NAME
+spec:
+  placement: {zone: a, image: debian-12, machineType: small}
+  cloudInit:
+    userData: |
+      #cloud-config
+      hostname: NAME
+"""
+
+
+class Fleet:
+    """A fleet repo in a temp dir, fake hosts for it, and an Engine over them."""
+
+    def __init__(self, root: Path, hosts: tuple[str, ...] = ("kvm01", "kvm02")) -> None:
+        self.root = root
+        self.time = FakeTime()
+        self.hosts = {name: LocalFakeHost(name) for name in hosts}
+        self.made: list[str] = []
+        self.stop = threading.Event()
+        self.engine = Engine(
+            self.factory,
+            images=FakeImages(),
+            prober=FakeProber(),
+            settings=ApplySettings(observe_timeout=2.0),
+            runtime=self.time.runtime(self.stop),
+        )
+        self.write(hosts, ("web-1", "web-2", "web-3"))
+
+    def factory(self, host: Host) -> LocalFakeHost:
+        self.made.append(host.name)
+        return self.hosts.setdefault(host.name, LocalFakeHost(host.name))
+
+    def write(self, hosts: tuple[str, ...], proxies: tuple[str, ...], extra: str = "") -> None:
+        host_text = "".join(HOST.replace("NAME", h) for h in hosts)
+        (self.root / "fleet.yaml").write_text(FLEET.replace("HOSTS\n", host_text))
+        text = "".join(PROXY.replace("NAME", p) for p in proxies)
+        (self.root / "proxies.yaml").write_text(text + extra)
+
+    def cycle(self, revision: str = "rev1") -> RunReport:
+        return self.engine.reconcile_once(self.root, revision=revision)
+
+    def mutating_calls(self) -> list[tuple[str, str, str]]:
+        return [(h, m, t) for h, host in self.hosts.items() for m, t in host.mutating_calls()]
+
+    def forget_calls(self) -> None:
+        for host in self.hosts.values():
+            host.calls.clear()
+
+    def where(self, proxy: str) -> tuple[str, str]:
+        for name, host in self.hosts.items():
+            for domain in host.domains.values():
+                if domain.owner is not None and domain.owner.proxy == proxy:
+                    return name, domain.name
+        raise AssertionError(f"no VM for {proxy}")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Fleet:
+    return Fleet(tmp_path)
+
+
+def condition(report: RunReport, kind: str) -> tuple[bool, str]:
+    (found,) = [c for c in report.conditions if c.type == kind]
+    return found.status, found.reason
+
+
+def test_a_first_cycle_creates_every_proxy_and_reports_it_healthy(fleet: Fleet) -> None:
+    report = fleet.cycle()
+
+    assert report.result is RunResult.SUCCESS
+    assert report.revision == "rev1"
+    assert [o.action.kind for o in report.outcomes] == [ActionKind.CREATE] * 3
+    assert {o.result for o in report.outcomes} == {ActionResult.SUCCEEDED}
+    assert [(p.name, p.state, p.health) for p in report.proxies] == [
+        ("web-1", "running", Health.HEALTHY),
+        ("web-2", "running", Health.HEALTHY),
+        ("web-3", "running", Health.HEALTHY),
+    ]
+    assert all(p.ip.startswith("192.0.2.") and p.zone == "a" for p in report.proxies)
+    assert condition(report, "Ready") == (True, "Reconciled")
+    assert condition(report, "Reconciling") == (False, "Converged")
+    assert condition(report, "Stalled") == (False, "Valid")
+    assert [(h.name, h.reachable, h.owned) for h in report.hosts] == [
+        ("kvm01", True, 0),
+        ("kvm02", True, 0),
+    ]
+
+
+def test_a_second_cycle_over_an_unchanged_world_makes_no_mutating_call(fleet: Fleet) -> None:
+    fleet.cycle()
+    fleet.forget_calls()
+
+    report = fleet.cycle()
+
+    assert fleet.mutating_calls() == []
+    assert report.outcomes == ()
+    assert report.result is RunResult.SUCCESS
+    assert condition(report, "Reconciling") == (False, "NoChanges")
+    assert [p.health for p in report.proxies] == [Health.HEALTHY] * 3
+    assert [h.owned for h in report.hosts] == [2, 1]
+
+
+def test_broken_manifests_stall_the_cycle_and_no_host_is_contacted(fleet: Fleet) -> None:
+    fleet.write(("kvm01",), ("web-1",), extra="---\nkind: Proxy\nmetadata: {name: Bad_Name}\n")
+
+    report = fleet.cycle()
+
+    assert report.result is RunResult.STALLED
+    assert report.problems
+    assert all(p.startswith("proxies.yaml:") for p in report.problems)
+    assert report.plan is None
+    assert fleet.made == []
+    assert all(host.calls == [] for host in fleet.hosts.values())
+    assert condition(report, "Stalled") == (True, "ValidationFailed")
+    assert condition(report, "Ready") == (False, "ValidationFailed")
+
+
+def test_an_unreachable_host_has_nothing_deleted(fleet: Fleet) -> None:
+    fleet.cycle()
+    host, domain = fleet.where("web-2")
+    fleet.hosts[host].observe_error = TransientError("connection refused", host=host)
+    fleet.write(("kvm01", "kvm02"), ("web-1", "web-3"))  # web-2's manifest is gone
+    fleet.forget_calls()
+
+    report = fleet.cycle()
+
+    assert fleet.mutating_calls() == []
+    assert domain in fleet.hosts[host].domains
+    unreachable = next(h for h in report.hosts if h.name == host)
+    assert (unreachable.reachable, unreachable.error) == (False, f"host {host}: connection refused")
+    assert condition(report, "Ready") == (False, "HostsUnreachable")
+
+
+def test_a_proxy_whose_host_is_unreachable_is_unknown_and_not_created_again(fleet: Fleet) -> None:
+    fleet.cycle()
+    host, _ = fleet.where("web-2")
+    fleet.hosts[host].observe_error = TransientError("connection refused", host=host)
+    fleet.forget_calls()
+
+    report = fleet.cycle()
+
+    assert fleet.mutating_calls() == []
+    web2 = next(p for p in report.proxies if p.name == "web-2")
+    assert (web2.state, web2.health) == ("unknown", Health.UNKNOWN)
+    assert "unreachable" in web2.detail
+    assert condition(report, "Ready") == (False, "ActionsBlocked")
+
+
+def test_a_host_that_hangs_past_the_observe_deadline_counts_as_unreachable(fleet: Fleet) -> None:
+    fleet.cycle()
+    release = threading.Event()
+    fleet.hosts["kvm02"].observe_block = release
+    try:
+        report = fleet.cycle()
+    finally:
+        release.set()
+
+    hung = next(h for h in report.hosts if h.name == "kvm02")
+    assert (hung.reachable, hung.error) == (False, "no answer within 2 s")
+    assert fleet.mutating_calls() == [
+        c for c in fleet.mutating_calls() if c[1] in ("ensure_image", "create")
+    ]
+    assert report.result is RunResult.SUCCESS
+
+
+def test_a_changed_spec_replaces_each_vm_new_one_first_and_the_next_cycle_is_quiet(
+    fleet: Fleet,
+) -> None:
+    fleet.cycle()
+    old = {p: fleet.where(p) for p in ("web-1", "web-2", "web-3")}
+    fleet.write(("kvm01", "kvm02"), ("web-1", "web-2", "web-3"), extra="")
+    text = (fleet.root / "proxies.yaml").read_text().replace("hostname: web-1", "hostname: w1")
+    (fleet.root / "proxies.yaml").write_text(text)
+    fleet.forget_calls()
+
+    report = fleet.cycle("rev2")
+
+    host, new_domain = fleet.where("web-1")
+    assert host == old["web-1"][0]
+    assert new_domain != old["web-1"][1]
+    assert old["web-1"][1] not in fleet.hosts[host].domains
+    calls = [c for c in fleet.hosts[host].calls if c[0] in ("create", "delete")]
+    assert calls == [("create", new_domain), ("delete", old["web-1"][1])]
+    assert [o.action.kind for o in report.outcomes] == [ActionKind.REPLACE]
+    assert report.result is RunResult.SUCCESS
+    assert fleet.hosts[host].domains[new_domain].owner.revision == "rev2"  # type: ignore[union-attr]
+
+    fleet.forget_calls()
+    fleet.cycle("rev2")
+    assert fleet.mutating_calls() == []
+
+
+def test_a_failed_create_makes_a_partial_report_and_the_next_cycle_retries_it(
+    fleet: Fleet,
+) -> None:
+    for host in fleet.hosts.values():
+        host.failures[("create", "*")] = [PermanentError("pool is full")]
+
+    report = fleet.cycle()
+
+    assert report.result is RunResult.PARTIAL
+    failed = [o for o in report.outcomes if o.result is ActionResult.FAILED]
+    assert len(failed) == 2
+    assert condition(report, "Ready") == (False, "ActionsFailed")
+    assert condition(report, "Reconciling") == (True, "RetryPending")
+    assert sorted(p.state for p in report.proxies) == ["failed", "failed", "running"]
+
+    again = fleet.cycle()
+    assert again.result is RunResult.SUCCESS
+    assert [o.action.kind for o in again.outcomes] == [ActionKind.CREATE] * 2
+
+
+def test_an_unhealthy_proxy_keeps_ready_false(fleet: Fleet) -> None:
+    fleet.cycle()
+    fleet.engine.prober.unhealthy.add(fleet.hosts["kvm01"].addresses_of[fleet.where("web-1")[1]][0])  # type: ignore[attr-defined]
+
+    report = fleet.cycle()
+
+    web1 = next(p for p in report.proxies if p.name == "web-1")
+    assert web1.health is Health.UNHEALTHY
+    assert "HTTP 503" in web1.detail
+    assert condition(report, "Ready") == (False, "ProxiesUnhealthy")
+
+
+def test_an_unexpected_error_becomes_a_failed_report_not_an_exception(fleet: Fleet) -> None:
+    def broken(host: Host) -> LocalFakeHost:
+        raise RuntimeError("factory bug")
+
+    fleet.engine.pool = HostPool(broken)
+
+    report = fleet.cycle()
+
+    assert report.result is RunResult.FAILED
+    assert report.problems == ("RuntimeError: factory bug",)
+    assert condition(report, "Ready") == (False, "RunFailed")
+
+
+def test_the_pool_keeps_connections_across_cycles_and_closes_those_of_removed_hosts(
+    fleet: Fleet,
+) -> None:
+    fleet.write(("kvm01", "kvm02"), ())
+    fleet.cycle()
+    fleet.cycle()
+    assert fleet.made == ["kvm01", "kvm02"]
+
+    fleet.write(("kvm01",), ())
+    fleet.cycle()
+
+    assert fleet.hosts["kvm02"].closed
+    assert not fleet.hosts["kvm01"].closed
+    assert fleet.made == ["kvm01", "kvm02"]
