@@ -1,0 +1,129 @@
+"""What several commands share: the repo argument, host access, the state dir.
+
+Host access (``apply``, live ``plan``, ``inventory``, ``hosts check``) comes
+from, highest first: ``--ssh-key`` / ``--known-hosts``, the environment
+(``PROXYFLEET_SSH_KEY``, ``PROXYFLEET_KNOWN_HOSTS``), the daemon config
+(``--config FILE``, else /etc/proxyfleet/proxyfleet.yaml when it exists), and
+the built-in defaults. The state dir (image cache) likewise: ``--state-dir``,
+``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reconciler.adapters.host import Hypervisor
+from reconciler.core.manifests import load_repo
+from reconciler.core.settings import DEFAULT_CONFIG, load_settings
+from reconciler.errors import ConfigError, InvalidInput
+from reconciler.model import Host, Repo
+from reconciler.model.settings import DaemonSettings, SshSettings
+
+ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
+ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
+ENV_STATE_DIR = "PROXYFLEET_STATE_DIR"
+
+
+def add_repo_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="the fleet repo (the directory holding fleet.yaml; default: .)",
+    )
+
+
+def add_host_access_arguments(parser: argparse.ArgumentParser, *, state_dir: bool = False) -> None:
+    """--config, --ssh-key, --known-hosts (and --state-dir when the command caches images)."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"daemon config to take SSH and state settings from (default: {DEFAULT_CONFIG} "
+        "when it exists)",
+    )
+    parser.add_argument(
+        "--ssh-key", type=Path, metavar="FILE", help=f"SSH private key (env {ENV_SSH_KEY})"
+    )
+    parser.add_argument(
+        "--known-hosts",
+        type=Path,
+        metavar="FILE",
+        help=f"known_hosts for the hypervisors, strictly checked (env {ENV_KNOWN_HOSTS})",
+    )
+    if state_dir:
+        parser.add_argument(
+            "--state-dir",
+            type=Path,
+            metavar="DIR",
+            help=f"where the image cache lives (env {ENV_STATE_DIR}; default /var/lib/proxyfleet)",
+        )
+
+
+def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
+    """The config named by --config, else the default one if present, else defaults.
+
+    Raises ConfigError when a named (or present default) config is unusable.
+    """
+    path: Path | None = getattr(args, "config", None)
+    if path is None:
+        if not DEFAULT_CONFIG.is_file():
+            return DaemonSettings()
+        path = DEFAULT_CONFIG
+    return load_settings(path)
+
+
+def ssh_settings(args: argparse.Namespace, base: SshSettings | None = None) -> SshSettings:
+    """SSH settings: flags, then environment, then ``base`` (the config's), then defaults."""
+    ssh = base if base is not None else daemon_settings(args).ssh
+    key = getattr(args, "ssh_key", None) or _env_path(ENV_SSH_KEY)
+    known = getattr(args, "known_hosts", None) or _env_path(ENV_KNOWN_HOSTS)
+    if key is not None:
+        ssh = dataclasses.replace(ssh, key_file=key)
+    if known is not None:
+        ssh = dataclasses.replace(ssh, known_hosts_file=known)
+    return ssh
+
+
+def state_dir(args: argparse.Namespace, base: Path | None = None) -> Path:
+    """The state dir: --state-dir, then the environment, then ``base``, then the default."""
+    flag: Path | None = getattr(args, "state_dir", None)
+    found = flag or _env_path(ENV_STATE_DIR) or base
+    return found if found is not None else DaemonSettings().state_dir
+
+
+def host_factory(ssh: SshSettings) -> Callable[[Host], Hypervisor]:
+    """Builds a lazily dialling LibvirtHost per host (nothing connects until first use)."""
+    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+
+    def make(host: Host) -> Hypervisor:
+        return LibvirtHost(host, ssh)
+
+    return make
+
+
+def load_repo_or_complain(root: Path) -> Repo | None:
+    """The repo, or None after printing every problem to stderr."""
+    try:
+        return load_repo(root)
+    except InvalidInput as exc:
+        print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def config_error(exc: ConfigError) -> int:
+    print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
+    return 1
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
