@@ -105,11 +105,15 @@ def _order(problem: Problem) -> tuple[str, int, int, str, str]:
 
 def _read(path: Path, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        return (), (Problem(rel, 0, 0, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})"),)
+        raw = path.read_bytes()
     except OSError as exc:
         return (), (Problem(rel, 0, 0, "", f"cannot read: {exc.strerror}"),)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        return (), (Problem(rel, line, column, "", f"not UTF-8 text ({exc.reason})"),)
     return load_documents(text, rel)
 
 
