@@ -100,3 +100,17 @@ def test_status_md_has_a_row_per_proxy_and_escapes_pipes() -> None:
     assert "probe said a\\|b" in text
     assert "deletes beyond maxDeletesPerRun (1)" in text
     assert "**no**" not in text
+
+
+def test_a_run_that_observed_nothing_keeps_the_last_hosts_and_proxies() -> None:
+    from dataclasses import replace
+
+    first = doc_of(report(minute=0, blocked=True))
+    broken = replace(
+        report(minute=5, result=RunResult.FAILED), plan=None, hosts=(), proxies=(), outcomes=()
+    )
+    later = doc_of(broken, previous=first)
+    assert later["proxies"] == first["proxies"]
+    assert later["hosts"] == first["hosts"]
+    assert later["blocked"] == first["blocked"]
+    assert "proxy web-1 gone" not in statusdoc.commit_message(first, later)

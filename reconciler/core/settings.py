@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
+from reconciler.core.schemacheck import did_you_mean
 from reconciler.core.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
@@ -29,13 +31,13 @@ from reconciler.model.settings import (
 )
 
 DEFAULT_CONFIG = Path("/etc/proxyfleet/proxyfleet.yaml")
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "daemon.schema.json"
+SCHEMA_FILE = "daemon.schema.json"
 
 
 @cache
 def _validator() -> Draft202012Validator:
-    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    return Draft202012Validator(schema)
+    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
+    return Draft202012Validator(json.loads(text))
 
 
 def load_settings(path: Path = DEFAULT_CONFIG) -> DaemonSettings:
@@ -75,7 +77,9 @@ def _problem(doc: Document, err: ValidationError) -> Problem:
         if extra:
             path = (*path, extra[0])
             mark = doc.key_mark(path)
-            message = f"unknown field (known: {', '.join(known)})"
+            message = f"unknown field{did_you_mean(extra[0], known)}; known: {', '.join(known)}"
+    elif err.validator == "pattern" and path == ("listen",):
+        message = f"{err.instance!r} is not host:port (for example 127.0.0.1:9477)"
     elif err.validator == "required":
         message = f"missing required field {err.message.split(' ')[0]}"
     return Problem(doc.file, mark.line, mark.column, format_path(path), message)

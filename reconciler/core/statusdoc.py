@@ -122,6 +122,12 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
         for a in plan_actions
         if a.kind == ActionKind.ABANDON
     ]
+    if report.plan is None and not report.hosts and not report.proxies:
+        # Nothing was observed (a stalled or broken run): the last picture still holds.
+        hosts = list(prev.get("hosts", []))
+        proxies = list(prev.get("proxies", []))
+        blocked = list(prev.get("blocked", []))
+        abandoned = list(prev.get("abandoned", []))
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -1,0 +1,293 @@
+"""The daemon around one reconcile cycle: triggers, the loop, health, status, metrics.
+
+``Daemon.run`` serves HTTP, watches the repo when it is local, tells systemd
+it is ready, and then runs the cycle whenever a trigger asks for it, one at a
+time. After each cycle it records metrics, writes the status back to the repo
+and updates systemd's STATUS. SIGTERM sets ``stop``: the cycle finishes the
+action in flight and starts no new one, the loop ends and ``run`` returns 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reconciler.adapters.httpapi import Endpoints, HttpApi
+from reconciler.adapters.metrics import CONTENT_TYPE, Metrics
+from reconciler.adapters.notify import SdNotify
+from reconciler.adapters.source import Checkout, Source
+from reconciler.adapters.statuswriter import StatusSink
+from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
+from reconciler.errors import SourceError
+from reconciler.model.report import Condition, RunReport, RunResult
+from reconciler.model.settings import DaemonSettings
+
+log = logging.getLogger(__name__)
+
+Cycle = Callable[[threading.Event], RunReport]
+"""One reconcile, given the stop flag; never raises (a bug becomes a FAILED report)."""
+
+Reconcile = Callable[[Path, str], RunReport]
+"""The engine: reconcile the repo checked out at a directory, at a revision."""
+
+HUNG_AFTER_MIN = 3600.0
+"""Seconds a single cycle may run before the watchdog stops vouching for the daemon."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ObservedSource:
+    """A Source that reports each sync's outcome (for ``proxyfleet_source_up``)."""
+
+    def __init__(self, inner: Source, on_result: Callable[..., None]) -> None:
+        self._inner = inner
+        self._on_result = on_result
+
+    def sync(self) -> Checkout:
+        try:
+            checkout = self._inner.sync()
+        except SourceError:
+            self._on_result(ok=False)
+            raise
+        self._on_result(ok=not checkout.fetch_error)
+        return checkout
+
+
+def source_cycle(
+    source: Source, reconcile: Reconcile, *, clock: Callable[[], datetime] = utc_now
+) -> Cycle:
+    """The cycle the daemon runs: sync the source, then let the engine reconcile it.
+
+    A source that cannot give a revision makes a Stalled report naming why; a
+    failed fetch reconciles the last good revision and lists the fetch error
+    among the report's problems.
+    """
+
+    def cycle(stop: threading.Event) -> RunReport:
+        started = clock()
+        try:
+            checkout = source.sync()
+        except SourceError as exc:
+            reason = "SourceRefused" if exc.revision else "SourceUnavailable"
+            return source_stalled(
+                str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
+            )
+        report = reconcile(checkout.root, checkout.revision)
+        if checkout.fetch_error:
+            report = replace(report, problems=(checkout.fetch_error, *report.problems))
+        return report
+
+    return cycle
+
+
+def source_stalled(
+    message: str, *, revision: str, started: datetime, finished: datetime, reason: str
+) -> RunReport:
+    return RunReport(
+        started=started,
+        finished=finished,
+        result=RunResult.STALLED,
+        revision=revision,
+        problems=(message,),
+        conditions=(
+            Condition("Ready", False, reason, message),
+            Condition("Reconciling", False, reason, message),
+            Condition("Stalled", True, reason, message),
+        ),
+    )
+
+
+class Daemon:
+    """Runs ``cycle`` on every trigger until ``stop`` is set. See the module docstring."""
+
+    def __init__(
+        self,
+        settings: DaemonSettings,
+        cycle: Cycle,
+        *,
+        metrics: Metrics,
+        status: StatusSink | None = None,
+        notifier: SdNotify | None = None,
+        stop: threading.Event | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+        handle_signals: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.stop = stop if stop is not None else threading.Event()
+        self.triggers = TriggerQueue()
+        self.metrics = metrics
+        self.reports: list[RunReport] = []
+        """Reports of the cycles run so far (the last few), newest last."""
+        self._cycle = cycle
+        self._status = status
+        self._notifier = notifier if notifier is not None else SdNotify({})
+        self._clock = clock
+        self._monotonic = monotonic
+        self._schedule = IntervalSchedule(settings.interval, settings.jitter, random=rand)
+        self._handle_signals = handle_signals
+        self._started_at = monotonic()
+        self._last_completed: float | None = None
+        self._cycle_started: float | None = None
+        self._lock = threading.Lock()
+        self.http = HttpApi(
+            settings.listen,
+            Endpoints(
+                metrics=metrics.exposition,
+                metrics_content_type=CONTENT_TYPE,
+                health=self.health,
+                hook=lambda: self.triggers.fire("webhook"),
+                secret=self._webhook_secret,
+            ),
+        )
+
+    # -- what the HTTP endpoint and the watchdog ask -------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while the last completed cycle (or the start) is younger than 3 intervals."""
+        with self._lock:
+            since = self._last_completed if self._last_completed is not None else self._started_at
+        age = self._monotonic() - since
+        limit = 3 * self.settings.interval
+        what = "last cycle completed" if self._last_completed is not None else "started"
+        text = f"{what} {age:.0f}s ago (limit {limit:.0f}s)"
+        return age < limit, ("ok: " if age < limit else "stale: ") + text
+
+    def alive(self) -> bool:
+        """False only when one cycle has been running for too long (hung): no more WATCHDOG=1."""
+        with self._lock:
+            started = self._cycle_started
+        hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
+        return started is None or self._monotonic() - started < hung_after
+
+    def _webhook_secret(self) -> bytes | None:
+        path = self.settings.webhook.secret_file
+        if path is None:
+            return None
+        try:
+            return path.read_bytes().strip()
+        except OSError as exc:
+            log.error("Webhook secret %s unreadable: %s; refusing every hook.", path, exc.strerror)
+            return b""
+
+    # -- the loop ------------------------------------------------------------
+
+    def run(self) -> int:
+        restore = install_signals(self.triggers, self.stop) if self._handle_signals else None
+        self.http.start()
+        watcher = self._start_watcher()
+        pinger = self._start_watchdog()
+        self._notifier.ready("Starting; first reconcile now")
+        self.triggers.fire("startup")
+        deadline = self._monotonic()
+        try:
+            while not self.stop.is_set():
+                reasons = self.triggers.take(max(0.0, deadline - self._monotonic()))
+                if self.stop.is_set():
+                    break
+                reasons = tuple(r for r in reasons if r != "stop")
+                if not reasons:
+                    if self._monotonic() < deadline:
+                        continue
+                    reasons = ("interval",)
+                self.run_once(reasons)
+                deadline = self._monotonic() + self._schedule.next_wait()
+        finally:
+            self._notifier.stopping("Stopping")
+            self.stop.set()
+            self.http.stop()
+            if watcher is not None:
+                watcher.join(timeout=5)
+            if pinger is not None:
+                pinger.join(timeout=5)
+            if restore is not None:
+                restore()
+        log.info("Stopped.")
+        return 0
+
+    def run_once(self, reasons: Sequence[str]) -> RunReport:
+        """One cycle now, then metrics, status and systemd STATUS."""
+        log.info("Reconcile started (%s).", ", ".join(reasons))
+        self._notifier.status(f"Reconciling ({', '.join(reasons)})")
+        with self._lock:
+            self._cycle_started = self._monotonic()
+        started = self._clock()
+        try:
+            report = self._cycle(self.stop)
+        except Exception as exc:  # a bug in one cycle must not end the daemon
+            log.error("The reconcile cycle failed: %s", exc, exc_info=True)
+            report = _failed(exc, started=started, finished=self._clock())
+        with self._lock:
+            self._cycle_started = None
+            self._last_completed = self._monotonic()
+        self.metrics.record(report)
+        self.reports = [*self.reports[-9:], report]
+        if self._status is not None:
+            published = self._status.publish(report)
+            if published.error:
+                log.warning("Status not written back: %s", published.error)
+        summary = _summary(report)
+        log.info("Reconcile finished: %s.", summary)
+        self._notifier.status(summary)
+        return report
+
+    def _start_watcher(self) -> RepoWatcher | None:
+        local = self.settings.repo.local_path
+        if local is None or not local.is_dir():
+            return None
+        watcher = RepoWatcher(local, self.settings.repo.branch, self.triggers.fire, self.stop)
+        watcher.start()
+        return watcher
+
+    def _start_watchdog(self) -> threading.Thread | None:
+        interval = self._notifier.watchdog_interval
+        if interval is None:
+            return None
+
+        def ping() -> None:
+            while not self.stop.wait(interval):
+                if self.alive():
+                    self._notifier.watchdog()
+                else:
+                    log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
+
+        self._notifier.watchdog()
+        thread = threading.Thread(target=ping, name="watchdog", daemon=True)
+        thread.start()
+        return thread
+
+
+def _failed(exc: Exception, *, started: datetime, finished: datetime) -> RunReport:
+    message = f"{type(exc).__name__}: {exc}"
+    return RunReport(
+        started=started,
+        finished=finished,
+        result=RunResult.FAILED,
+        problems=(message,),
+        conditions=(
+            Condition("Ready", False, "RunFailed", message),
+            Condition("Reconciling", False, "RunFailed", message),
+            Condition("Stalled", False, "RunFailed", message),
+        ),
+    )
+
+
+def _summary(report: RunReport) -> str:
+    ready = next((c for c in report.conditions if c.type == "Ready"), None)
+    state = (
+        "Ready" if ready is not None and ready.status else (ready.reason if ready else "unknown")
+    )
+    revision = report.revision[:12] or "no revision"
+    return (
+        f"{report.result.value} at {revision} in {report.duration_seconds:.1f}s; "
+        f"{state}; {len(report.proxies)} proxies, {len(report.problems)} problems"
+    )
