@@ -1,0 +1,377 @@
+"""The daemon's local image cache: each base image downloaded once, verified.
+
+An image is streamed into a temporary file inside the cache directory while
+its sha256 is computed; only a complete download whose checksum matches the
+configured one (when there is one) is renamed into place, atomically, under a
+name derived from its URL. A sidecar ``<name>.sha256.json`` records the
+checksum, size and mtime so that a later run reuses the file without hashing
+it again (cheap for images without a configured sha256, too).
+
+URLs: ``https://``; ``file://`` for air-gapped boxes; ``http://`` only to
+loopback (the lab's local server). Redirects obey the same rule.
+
+Errors, classified here once: network trouble, 5xx/408/429 and a truncated
+body are transient; a checksum mismatch, 4xx, a missing local file, a refused
+URL scheme or a bad TLS certificate are permanent. A failure never leaves a
+file the next run could mistake for a good image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import http.client
+import json
+import logging
+import os
+import ssl
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from reconciler import __version__
+from reconciler.errors import HostError, PermanentError, TransientError
+from reconciler.model.fleet import Image
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+_PARTIAL_PREFIX = ".partial-"
+# A partial file untouched this long was left by a process that died mid-download.
+_STALE_PARTIAL_SECONDS = 6 * 3600
+_TRANSIENT_HTTP = frozenset({408, 425, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class CachedImage:
+    """A verified file in the cache. ``sha256`` is what was computed, lower-case hex."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
+class ImageCache:
+    """Downloads images into ``root`` once and hands out verified local paths.
+
+    Thread-safe: concurrent fetches of one URL share a lock, so the second
+    caller waits for and reuses the first one's download.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        timeout: float = 30.0,
+        progress_interval: float = 5.0,
+        chunk_size: int = 1 << 20,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``timeout``: seconds any single connect or read may block.
+        ``progress_interval``: seconds between progress lines at info.
+        """
+        self.root = root
+        self._timeout = timeout
+        self._progress_interval = progress_interval
+        self._chunk_size = chunk_size
+        self._clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def path_for(self, image: Image) -> Path:
+        """Where ``image`` lives in the cache once fetched (named by URL hash)."""
+        digest = hashlib.sha256(image.url.encode("utf-8")).hexdigest()[:32]
+        return self.root / f"{digest}.{image.format.value}"
+
+    def fetch(self, image: Image) -> CachedImage:
+        """The verified local copy of ``image``, downloading it if needed."""
+        check_url(image.url)
+        final = self.path_for(image)
+        with self._lock(final.name):
+            cached = self._reuse(image, final)
+            if cached is not None:
+                return cached
+            self._sweep_partials()
+            return self._download(image, final)
+
+    def _sweep_partials(self) -> None:
+        """Remove partial downloads a crashed process left behind (by age)."""
+        cutoff = time.time() - _STALE_PARTIAL_SECONDS
+        with contextlib.suppress(OSError):
+            for leftover in self.root.glob(_PARTIAL_PREFIX + "*"):
+                with contextlib.suppress(OSError):
+                    if leftover.stat().st_mtime < cutoff:
+                        leftover.unlink()
+                        log.info("Image cache: removed stale partial download %s.", leftover)
+
+    def _lock(self, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    # -- reuse -----------------------------------------------------------------
+
+    def _reuse(self, image: Image, final: Path) -> CachedImage | None:
+        try:
+            stat = final.stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PermanentError(f"image {image.key}: cannot read cache {final}: {exc}") from exc
+        sidecar = _sidecar(final)
+        sha = _read_sidecar(sidecar, url=image.url, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+        if sha is None:
+            log.info("Image %s: hashing the cached copy %s (no valid sidecar).", image.key, final)
+            sha = _hash_file(final)
+            self._write_sidecar(final, url=image.url, sha256=sha)
+        expected = _expected(image)
+        if expected is not None and sha != expected:
+            log.info(
+                "Image %s: cached copy has sha256 %s, configured %s; downloading again.",
+                image.key,
+                sha,
+                expected,
+            )
+            return None
+        log.debug("Image %s: reusing %s (sha256 %s).", image.key, final, sha)
+        return CachedImage(path=final, sha256=sha, size=stat.st_size)
+
+    # -- download --------------------------------------------------------------
+
+    def _download(self, image: Image, final: Path) -> CachedImage:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.root, prefix=_PARTIAL_PREFIX, suffix=final.suffix)
+        except OSError as exc:
+            raise _local_error(image, self.root, exc) from exc
+        partial = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                sha, size = self._stream(image, out, partial)
+                out.flush()
+                os.fsync(out.fileno())
+            expected = _expected(image)
+            if expected is not None and sha != expected:
+                raise PermanentError(
+                    f"image {image.key}: sha256 mismatch for {redact(image.url)}: "
+                    f"expected {expected}, got {sha}"
+                )
+            os.replace(partial, final)
+        except OSError as exc:
+            raise _local_error(image, partial, exc) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+        self._write_sidecar(final, url=image.url, sha256=sha)
+        return CachedImage(path=final, sha256=sha, size=size)
+
+    def _stream(self, image: Image, out: IO[bytes], partial: Path) -> tuple[str, int]:
+        hasher = hashlib.sha256()
+        size = 0
+        started = last = self._clock()
+        log.info("Image %s: downloading %s.", image.key, redact(image.url))
+        with _open_source(image, timeout=self._timeout) as (source, length):
+            for chunk in _chunks(image, source, self._chunk_size):
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    raise _local_error(image, partial, exc) from exc
+                hasher.update(chunk)
+                size += len(chunk)
+                now = self._clock()
+                if now - last >= self._progress_interval:
+                    last = now
+                    _log_progress(image, size, length, now - started)
+        if length is not None and size != length:
+            raise TransientError(
+                f"image {image.key}: download truncated at {size} of {length} bytes"
+            )
+        elapsed = self._clock() - started
+        log.info(
+            "Image %s: downloaded %d bytes in %.1f s (%.1f MB/s), sha256 %s.",
+            image.key,
+            size,
+            elapsed,
+            _rate(size, elapsed),
+            hasher.hexdigest(),
+        )
+        return hasher.hexdigest(), size
+
+    def _write_sidecar(self, final: Path, *, url: str, sha256: str) -> None:
+        """Atomically record what was verified; a failure only costs a re-hash later."""
+        try:
+            stat = final.stat()
+            record = {
+                "url": url,
+                "sha256": sha256,
+                "size": stat.st_size,
+                "mtime_ns": stat.st_mtime_ns,
+            }
+            sidecar = _sidecar(final)
+            temporary = sidecar.with_name(_PARTIAL_PREFIX + sidecar.name)
+            temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            os.replace(temporary, sidecar)
+        except OSError as exc:
+            log.warning("Image cache: cannot write the sidecar of %s: %s", final, exc)
+
+
+def check_url(url: str) -> None:
+    """Refuse any URL the cache would not fetch (PermanentError naming the rule)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("https", "file"):
+        if scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise PermanentError(f"file URL {redact(url)} names a remote host")
+        return
+    if scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS:
+        return
+    raise PermanentError(
+        f"image URL {redact(url)} is not https:// or file:// "
+        "(plain http:// is allowed to 127.0.0.1/localhost only)"
+    )
+
+
+def redact(url: str) -> str:
+    """The URL without credentials, query or fragment: safe for a log line."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to a URL the cache would fetch directly."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme.lower() == "file":
+            raise PermanentError(f"redirect to {redact(newurl)} refused")
+        check_url(newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+@contextlib.contextmanager
+def _open_source(image: Image, *, timeout: float) -> Iterator[tuple[IO[bytes], int | None]]:
+    """The byte stream of ``image.url`` and its length when known."""
+    parts = urllib.parse.urlsplit(image.url)
+    if parts.scheme.lower() == "file":
+        path = Path(urllib.request.url2pathname(parts.path))
+        try:
+            handle = path.open("rb")
+        except OSError as exc:
+            raise PermanentError(f"image {image.key}: cannot open {path}: {exc}") from exc
+        with handle:
+            yield handle, os.fstat(handle.fileno()).st_size
+        return
+    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
+    if (parts.hostname or "") in LOOPBACK_HOSTS:
+        handlers.append(urllib.request.ProxyHandler({}))
+    opener = urllib.request.build_opener(*handlers)
+    request = urllib.request.Request(image.url, headers={"User-Agent": f"proxyfleet/{__version__}"})
+    try:
+        response = opener.open(request, timeout=timeout)
+    except HostError:
+        raise
+    except urllib.error.HTTPError as exc:
+        cls = TransientError if exc.code >= 500 or exc.code in _TRANSIENT_HTTP else PermanentError
+        raise cls(f"image {image.key}: {redact(image.url)} answered HTTP {exc.code}") from exc
+    except urllib.error.URLError as exc:
+        raise _network_error(image, exc.reason) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise _network_error(image, exc) from exc
+    with response:
+        length = response.headers.get("Content-Length")
+        yield response, int(length) if length and length.isdigit() else None
+
+
+def _chunks(image: Image, source: IO[bytes], chunk_size: int) -> Iterator[bytes]:
+    while True:
+        try:
+            chunk = source.read(chunk_size)
+        except (OSError, http.client.HTTPException) as exc:
+            raise _network_error(image, exc) from exc
+        if not chunk:
+            return
+        yield chunk
+
+
+def _network_error(image: Image, reason: object) -> HostError:
+    where = f"image {image.key}: fetching {redact(image.url)}"
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return PermanentError(f"{where}: TLS certificate refused: {reason}")
+    if isinstance(reason, (OSError, http.client.HTTPException, TimeoutError)):
+        return TransientError(f"{where}: {str(reason) or type(reason).__name__}")
+    return PermanentError(f"{where}: {reason}")
+
+
+def _local_error(image: Image, path: Path, exc: OSError) -> HostError:
+    message = f"image {image.key}: cannot write {path}: {exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return TransientError(message)
+    return PermanentError(message)
+
+
+def _expected(image: Image) -> str | None:
+    return image.sha256.strip().lower() if image.sha256 else None
+
+
+def _sidecar(final: Path) -> Path:
+    return final.with_name(final.name + ".sha256.json")
+
+
+def _read_sidecar(sidecar: Path, *, url: str, size: int, mtime_ns: int) -> str | None:
+    """The recorded sha256 if the sidecar still describes this very file."""
+    try:
+        record = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    sha = record.get("sha256")
+    fresh = (
+        record.get("url") == url
+        and record.get("size") == size
+        and record.get("mtime_ns") == mtime_ns
+    )
+    if fresh and isinstance(sha, str) and len(sha) == 64:
+        return sha
+    return None
+
+
+def _hash_file(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def _rate(size: int, elapsed: float) -> float:
+    return size / 1e6 / elapsed if elapsed > 0 else 0.0
+
+
+def _log_progress(image: Image, size: int, length: int | None, elapsed: float) -> None:
+    total = f" of {length / 1048576:.1f}" if length else ""
+    log.info(
+        "Image %s: %.1f%s MiB downloaded, %.1f MB/s.",
+        image.key,
+        size / 1048576,
+        total,
+        _rate(size, elapsed),
+    )

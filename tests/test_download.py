@@ -1,0 +1,320 @@
+"""The local image cache against file:// and a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.download import CachedImage, ImageCache, check_url, redact
+from reconciler.errors import PermanentError, TransientError
+from reconciler.model import Image
+
+PAYLOAD = os.urandom(3 * 65536 + 123)
+PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
+WRONG_SHA = "0" * 64
+
+
+@dataclass
+class Server:
+    """A tiny HTTP server; ``routes`` maps a path to (status, body, headers)."""
+
+    base: str
+    routes: dict[str, tuple[int, bytes, dict[str, str]]] = field(default_factory=dict)
+    hits: dict[str, int] = field(default_factory=dict)
+    truncate: set[str] = field(default_factory=set)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    state = Server(base="")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.hits[self.path] = state.hits.get(self.path, 0) + 1
+            status, body, headers = state.routes.get(self.path, (404, b"nope", {}))
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.path in state.truncate:
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def image(url: str, sha256: str | None = None, key: str = "debian-12") -> Image:
+    return Image(key=key, url=url, sha256=sha256)
+
+
+def visible_files(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_file_url_is_copied_into_the_cache_and_verified(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "image.qcow2"
+    source.parent.mkdir()
+    source.write_bytes(PAYLOAD)
+    cache = ImageCache(tmp_path / "cache")
+    got = cache.fetch(image(source.as_uri(), PAYLOAD_SHA))
+    assert got == CachedImage(
+        path=cache.path_for(image(source.as_uri())), sha256=PAYLOAD_SHA, size=len(PAYLOAD)
+    )
+    assert got.path.read_bytes() == PAYLOAD
+    assert got.path.parent == tmp_path / "cache"
+
+
+def test_http_download_from_loopback_is_verified_while_streaming(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache", chunk_size=4096)
+    got = cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA.upper()))
+    assert got.sha256 == PAYLOAD_SHA
+    assert got.path.read_bytes() == PAYLOAD
+    assert [n for n in visible_files(tmp_path / "cache") if n.startswith(".partial-")] == []
+
+
+def test_image_without_sha_reports_the_computed_sha(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    got = ImageCache(tmp_path / "cache").fetch(image(server.url("/d.qcow2")))
+    assert got.sha256 == PAYLOAD_SHA and got.size == len(PAYLOAD)
+
+
+def test_sha_mismatch_is_permanent_names_both_sums_and_leaves_nothing(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    root = tmp_path / "cache"
+    with pytest.raises(PermanentError) as caught:
+        ImageCache(root).fetch(image(server.url("/d.qcow2"), WRONG_SHA))
+    assert WRONG_SHA in str(caught.value) and PAYLOAD_SHA in str(caught.value)
+    assert visible_files(root) == []
+
+
+def test_sha_mismatch_from_a_file_url_leaves_nothing(tmp_path: Path) -> None:
+    source = tmp_path / "image.raw"
+    source.write_bytes(PAYLOAD)
+    root = tmp_path / "cache"
+    with pytest.raises(PermanentError, match=r"expected 0+, got"):
+        ImageCache(root).fetch(image(source.as_uri(), WRONG_SHA))
+    assert visible_files(root) == []
+
+
+def test_a_cached_image_is_reused_without_downloading_again(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    first = cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
+    second = ImageCache(tmp_path / "cache").fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
+    assert first == second
+    assert server.hits["/d.qcow2"] == 1
+
+
+def test_an_image_without_sha_is_not_rehashed_on_reuse(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    cache.fetch(image(server.url("/d.qcow2")))
+
+    def no_hashing(path: Path) -> str:
+        raise AssertionError(f"re-hashed {path}")
+
+    monkeypatch.setattr("reconciler.adapters.download._hash_file", no_hashing)
+    again = cache.fetch(image(server.url("/d.qcow2")))
+    assert again.sha256 == PAYLOAD_SHA
+    assert server.hits["/d.qcow2"] == 1
+
+
+def test_a_changed_file_behind_the_sidecar_is_rehashed_not_trusted(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    got = cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
+    got.path.write_bytes(PAYLOAD[:-1] + b"X")  # same size, new mtime, different content
+    os.utime(got.path, ns=(1, 1))
+    again = cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
+    assert again.path.read_bytes() == PAYLOAD
+    assert server.hits["/d.qcow2"] == 2
+
+
+def test_a_changed_configured_sha_downloads_again(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    cache.fetch(image(server.url("/d.qcow2")))
+    new = os.urandom(1000)
+    server.routes["/d.qcow2"] = (200, new, {})
+    got = cache.fetch(image(server.url("/d.qcow2"), hashlib.sha256(new).hexdigest()))
+    assert got.path.read_bytes() == new
+    assert server.hits["/d.qcow2"] == 2
+
+
+def test_a_truncated_body_is_transient_and_leaves_nothing(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    server.truncate.add("/d.qcow2")
+    root = tmp_path / "cache"
+    with pytest.raises(TransientError):
+        ImageCache(root, timeout=5).fetch(image(server.url("/d.qcow2")))
+    assert visible_files(root) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (500, TransientError),
+        (503, TransientError),
+        (429, TransientError),
+        (404, PermanentError),
+        (403, PermanentError),
+    ],
+)
+def test_http_errors_are_classified(
+    tmp_path: Path, server: Server, status: int, error: type[Exception]
+) -> None:
+    server.routes["/x"] = (status, b"", {})
+    with pytest.raises(error, match=f"HTTP {status}"):
+        ImageCache(tmp_path / "cache").fetch(image(server.url("/x")))
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_refused_connection_is_transient(tmp_path: Path, server: Server) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransientError):
+        ImageCache(tmp_path / "cache", timeout=2).fetch(image(f"http://127.0.0.1:{port}/d"))
+
+
+def test_a_missing_local_file_is_permanent(tmp_path: Path) -> None:
+    with pytest.raises(PermanentError, match="cannot open"):
+        ImageCache(tmp_path / "cache").fetch(image((tmp_path / "missing.qcow2").as_uri()))
+
+
+def test_a_redirect_to_plain_http_off_loopback_is_refused(tmp_path: Path, server: Server) -> None:
+    server.routes["/r"] = (302, b"", {"Location": "http://192.0.2.1/evil.qcow2"})
+    with pytest.raises(PermanentError, match=r"192\.0\.2\.1"):
+        ImageCache(tmp_path / "cache").fetch(image(server.url("/r")))
+
+
+def test_a_redirect_on_loopback_is_followed(tmp_path: Path, server: Server) -> None:
+    server.routes["/r"] = (302, b"", {"Location": server.url("/d.qcow2")})
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    got = ImageCache(tmp_path / "cache").fetch(image(server.url("/r"), PAYLOAD_SHA))
+    assert got.sha256 == PAYLOAD_SHA
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.org/d.qcow2",
+        "http://10.0.0.1/d.qcow2",
+        "ftp://example.org/d.qcow2",
+        "file://otherhost/srv/d.qcow2",
+        "d.qcow2",
+    ],
+)
+def test_urls_the_cache_will_not_fetch_are_permanent_errors(url: str) -> None:
+    with pytest.raises(PermanentError):
+        check_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.org/d.qcow2",
+        "file:///srv/d.qcow2",
+        "http://127.0.0.1:8080/d",
+        "http://localhost/d",
+    ],
+)
+def test_https_file_and_loopback_http_are_accepted(url: str) -> None:
+    check_url(url)
+
+
+def test_log_lines_never_carry_url_credentials_or_query() -> None:
+    assert redact("https://user:token@example.org:8443/a/b.qcow2?sig=secret#f") == (
+        "https://example.org:8443/a/b.qcow2"
+    )
+
+
+def test_progress_is_logged_with_bytes_and_rate(
+    tmp_path: Path, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    ticks = iter(range(0, 10_000, 3))
+    cache = ImageCache(
+        tmp_path / "cache",
+        chunk_size=65536,
+        progress_interval=5.0,
+        clock=lambda: float(next(ticks)),
+    )
+    with caplog.at_level(logging.INFO, logger="reconciler.adapters.download"):
+        cache.fetch(image(server.url("/d.qcow2")))
+    progress = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
+    assert any("MiB downloaded" in line for line in progress)
+    assert any(f"downloaded {len(PAYLOAD)} bytes" in line for line in progress)
+    # At most one progress line per interval: 4 chunks, clock +3 s per read -> 2 lines.
+    assert sum("MiB downloaded" in line for line in progress) <= 2
+
+
+def test_concurrent_fetches_of_one_image_download_it_once(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    results: list[CachedImage] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.fetch(image(server.url("/d.qcow2")))))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 4 and len(set(results)) == 1
+    assert server.hits["/d.qcow2"] == 1
+
+
+def test_stale_partial_downloads_are_swept(tmp_path: Path, server: Server) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    stale = root / ".partial-old.qcow2"
+    stale.write_bytes(b"half")
+    old = time.time() - 7 * 3600
+    os.utime(stale, (old, old))
+    fresh = root / ".partial-new.qcow2"
+    fresh.write_bytes(b"busy")
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    ImageCache(root).fetch(image(server.url("/d.qcow2")))
+    assert not stale.exists() and fresh.exists()
