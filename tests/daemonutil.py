@@ -1,0 +1,75 @@
+"""Helpers for daemon tests: a fake cycle, a daemon in a thread, HTTP calls, waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from reports import report
+
+from reconciler.engine.daemon import Daemon
+from reconciler.model.report import RunReport
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+class FakeCycle:
+    """Counts runs; ``hold`` makes every run wait until ``release`` is set."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.calls = 0
+        self.running = threading.Event()
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
+        self.error: Exception | None = None
+
+    def __call__(self, stop: threading.Event) -> RunReport:
+        self.calls += 1
+        self.running.set()
+        self.release.wait(10)
+        self.running.clear()
+        if self.error is not None:
+            raise self.error
+        return report(minute=self.calls)
+
+
+@contextmanager
+def running(daemon: Daemon) -> Iterator[Daemon]:
+    thread = threading.Thread(target=daemon.run, name="daemon-under-test")
+    thread.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop.set()
+        daemon.triggers.fire("stop")
+        thread.join(10)
+        assert not thread.is_alive(), "the daemon did not stop"
+
+
+def http(
+    daemon: Daemon, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    host, port = daemon.http.address
+    request = urllib.request.Request(
+        f"http://{host}:{port}{path}",
+        data=body,
+        headers=headers or {},
+        method="POST" if body is not None else "GET",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemonutil import FakeCycle, running, wait_until
+
+from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.notify import SdNotify
+from reconciler.engine.daemon import Daemon
+from reconciler.model.settings import DaemonSettings, ListenSettings
+
+
+class FakeSystemd:
+    """A NOTIFY_SOCKET that records every datagram."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.05)
+        self.messages: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except TimeoutError:
+                return self.messages
+
+    def lines(self) -> list[str]:
+        return [line for message in self.drain() for line in message.splitlines()]
+
+
+@pytest.fixture
+def systemd(tmp_path: Path) -> Iterator[FakeSystemd]:
+    fake = FakeSystemd(tmp_path / "notify.sock")
+    yield fake
+    fake.sock.close()
+
+
+def test_a_daemon_under_systemd_says_ready_and_feeds_the_watchdog(
+    systemd: FakeSystemd, tmp_path: Path
+) -> None:
+    env = {"NOTIFY_SOCKET": str(systemd.path), "WATCHDOG_USEC": "200000"}
+    notifier = SdNotify(env)
+    assert notifier.watchdog_interval == pytest.approx(0.1)
+    cycle = FakeCycle()
+    daemon = Daemon(
+        DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0), state_dir=tmp_path),
+        cycle,
+        metrics=Metrics(),
+        notifier=notifier,
+        handle_signals=False,
+    )
+    with running(daemon):
+        assert wait_until(lambda: "READY=1" in systemd.lines())
+        assert wait_until(lambda: systemd.lines().count("WATCHDOG=1") >= 3)
+        assert wait_until(
+            lambda: any(line.startswith("STATUS=success at") for line in systemd.lines())
+        )
+    assert wait_until(lambda: "STOPPING=1" in systemd.lines())
+
+
+def test_an_abstract_notify_socket_is_addressed_with_a_leading_nul() -> None:
+    name = f"proxyfleet-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(2)
+        assert SdNotify({"NOTIFY_SOCKET": "@" + name}).ready("up")
+        assert sock.recv(100) == b"READY=1\nSTATUS=up"
+
+
+def test_without_notify_socket_nothing_is_sent_and_there_is_no_watchdog() -> None:
+    notifier = SdNotify({"WATCHDOG_USEC": "1000000"})
+    assert not notifier.ready()
+    assert notifier.watchdog_interval is None
+
+
+def test_a_watchdog_meant_for_another_process_is_ignored(systemd: FakeSystemd) -> None:
+    env = {"NOTIFY_SOCKET": str(systemd.path), "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}
+    assert SdNotify(env).watchdog_interval is None
