@@ -418,3 +418,13 @@ def test_domain_names_follow_the_design_and_fit_the_limit() -> None:
 
     assert name == "pf-home-office-1-01234567"
     assert MAX_DOMAIN_NAME == 63
+
+
+def test_windows_line_endings_give_the_same_user_data(tmp_path: Path) -> None:
+    unix = write_repo(tmp_path / "unix", {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": TRICKY_PROXY})
+    crlf = tmp_path / "crlf"
+    crlf.mkdir()
+    (crlf / "fleet.yaml").write_bytes(MINIMAL_FLEET.replace("\n", "\r\n").encode())
+    (crlf / "p1.yaml").write_bytes(TRICKY_PROXY.replace("\n", "\r\n").encode())
+
+    assert load_repo(crlf).proxies[0].cloud_init == load_repo(unix).proxies[0].cloud_init
