@@ -296,3 +296,57 @@ def test_the_pool_keeps_connections_across_cycles_and_closes_those_of_removed_ho
     assert fleet.hosts["kvm02"].closed
     assert not fleet.hosts["kvm01"].closed
     assert fleet.made == ["kvm01", "kvm02"]
+
+
+def test_a_replacement_that_never_gets_healthy_leaves_the_old_vm_serving(fleet: Fleet) -> None:
+    fleet.engine.settings = ApplySettings(replace_timeout=60, observe_timeout=2.0)
+    fleet.cycle()
+    host, old = fleet.where("web-1")
+    text = (fleet.root / "proxies.yaml").read_text().replace("hostname: web-1", "hostname: w1")
+    (fleet.root / "proxies.yaml").write_text(text)
+    fleet.hosts[host].auto_ip = False
+
+    report = fleet.cycle("rev2")
+
+    assert old in fleet.hosts[host].domains
+    (outcome,) = report.outcomes
+    assert outcome.result is ActionResult.FAILED
+    web1 = next(p for p in report.proxies if p.name == "web-1")
+    assert (web1.domain, web1.state, web1.health) == (old, "running", Health.HEALTHY)
+    assert "did not become healthy within 60 s" in web1.detail
+    assert condition(report, "Ready") == (False, "ActionsFailed")
+
+
+def test_the_check_waits_for_the_ip_of_a_vm_created_in_this_run(fleet: Fleet) -> None:
+    fleet.write(("kvm01",), ("web-1",))
+    host = fleet.hosts["kvm01"]
+    host.auto_ip = False
+    looks: list[str] = []
+
+    def late_ip(method: str, target: str) -> None:
+        if method == "addresses":
+            looks.append(target)
+            if len(looks) == 4:
+                host.addresses_of[target] = ("192.0.2.99",)
+
+    host.on_call = late_ip
+
+    report = fleet.cycle()
+
+    (web1,) = report.proxies
+    assert (web1.ip, web1.health) == ("192.0.2.99", Health.HEALTHY)
+    assert len(looks) == 4
+    assert fleet.time.elapsed == pytest.approx(15.0)
+
+
+def test_a_vm_without_an_ip_after_the_wait_is_reported_without_one(fleet: Fleet) -> None:
+    fleet.engine.settings = ApplySettings(ip_wait_timeout=20, observe_timeout=2.0)
+    fleet.write(("kvm01",), ("web-1",))
+    fleet.hosts["kvm01"].auto_ip = False
+
+    report = fleet.cycle()
+
+    (web1,) = report.proxies
+    assert (web1.state, web1.ip, web1.health) == ("running", "", Health.UNKNOWN)
+    assert "no IP address yet" in web1.detail
+    assert fleet.time.elapsed <= 20

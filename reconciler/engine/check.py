@@ -194,9 +194,7 @@ def _target_of(
     present: bool,
 ) -> _Target | None:
     if not actions:
-        return _Target(
-            ProxyStatus(name, state="absent", health=Health.UNHEALTHY, detail="not planned")
-        )
+        return _Target(ProxyStatus(name, state="absent", detail="not in the plan"))
     # The planner lists a proxy's kept VM first; for a manifest that is gone,
     # any VM that is not deleted by now still speaks for it.
     for action in actions:
@@ -206,58 +204,35 @@ def _target_of(
         ):
             continue
         return _after(name, action, outcome, inventory)
-    return (
-        None if not present else _Target(ProxyStatus(name, state="absent", health=Health.UNHEALTHY))
-    )
+    return _Target(ProxyStatus(name, state="absent")) if present else None
 
 
 def _after(
     name: str, action: Action, outcome: ActionOutcome | None, inventory: Inventory
 ) -> _Target:
-    host, domain = action.host or "", action.domain or ""
+    """The VM that speaks for proxy ``name`` once ``action`` went as ``outcome`` says."""
+    host, domain, kind = action.host or "", action.domain or "", action.kind
     ok = outcome is not None and outcome.result is ActionResult.SUCCEEDED
-    failure = outcome.error if outcome is not None and not ok else ""
-    kind = action.kind
-    if kind is ActionKind.CREATE:
-        if ok:
-            return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
-        state = (
-            "failed" if outcome is not None and outcome.result is ActionResult.FAILED else "absent"
-        )
-        return _Target(
-            ProxyStatus(
-                name,
-                host,
-                domain,
-                state=state,
-                health=Health.UNHEALTHY,
-                detail=f"create: {failure}",
-            )
-        )
-    if kind is ActionKind.REPLACE:
-        if ok:
-            return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
-        old = action.replaces
-        if old is None:
-            return _Target(
-                ProxyStatus(
-                    name, host, domain, state="failed", health=Health.UNHEALTHY, detail=failure
-                )
-            )
-        status = _observed(name, old.host, old.domain, inventory)
-        return _Target(replace(status, detail=f"replace: {failure}"))
-    if kind is ActionKind.START and ok:
+    failure = f"{kind.value}: {outcome.error}" if outcome is not None and not ok else ""
+    if ok and kind in (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START):
         return _Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+    if kind is ActionKind.CREATE:
+        failed = outcome is not None and outcome.result is ActionResult.FAILED
+        return _Target(
+            ProxyStatus(name, host, domain, "failed" if failed else "absent", detail=failure)
+        )
+    if kind is ActionKind.REPLACE and action.replaces is not None:
+        serving = _observed(name, action.replaces.host, action.replaces.domain, inventory)
+        return _Target(replace(serving, detail=failure))  # the old VM stays when a replace fails
     if kind is ActionKind.BLOCKED and not domain:
         blocked = f"blocked: {action.reason}"
-        if action.replaces is not None:  # the old VM still serves
+        if action.replaces is not None:  # a blocked replace: the old VM still serves
             serving = _observed(name, action.replaces.host, action.replaces.domain, inventory)
             return _Target(replace(serving, detail=blocked))
-        status = ProxyStatus(name, host, state="absent", health=Health.UNHEALTHY, detail=blocked)
-        return _Target(status)
+        return _Target(ProxyStatus(name, host, state="absent", detail=blocked))
     status = _observed(name, host, domain, inventory)
     if failure:
-        status = replace(status, detail=f"{kind.value}: {failure}")
+        status = replace(status, detail=failure)
     elif kind in (ActionKind.BLOCKED, ActionKind.ABANDON):
         status = replace(status, detail=f"{kind.value}: {action.reason}")
     return _Target(status)
@@ -280,8 +255,10 @@ def _check_target(
     runtime: Runtime,
 ) -> ProxyStatus:
     status = target.status
-    if status.state in ("unknown", "failed", "absent"):
-        return status
+    if status.state == "unknown":
+        return replace(status, health=Health.UNKNOWN)
+    if status.state in ("failed", "absent"):
+        return replace(status, health=Health.UNHEALTHY)
     if status.state != DomainState.RUNNING.value:
         return replace(
             status, health=Health.UNHEALTHY, detail=status.detail or f"VM is {status.state}"

@@ -1,0 +1,106 @@
+"""The VM check: addresses first, then a probe through each until one answers."""
+
+from __future__ import annotations
+
+from enginefakes import FakeProber, FakeTime, LocalFakeHost
+
+from reconciler.engine.check import check_vm
+from reconciler.errors import PermanentError, TransientError
+from reconciler.model import Domain, DomainState
+from reconciler.model.fleet import Health as ProbeSettings
+from reconciler.model.report import Health
+from reconciler.model.settings import ApplySettings
+
+SETTINGS = ApplySettings(poll_interval=5)
+
+
+def host_with(domain: str, *ips: str) -> LocalFakeHost:
+    host = LocalFakeHost("kvm01")
+    host.domains[domain] = Domain(domain, DomainState.RUNNING)
+    host.addresses_of[domain] = ips
+    return host
+
+
+def test_the_first_address_that_answers_makes_the_vm_healthy() -> None:
+    host = host_with("vm", "192.0.2.1", "192.0.2.2")
+    prober = FakeProber()
+    prober.unhealthy.add("192.0.2.1")
+    clock = FakeTime()
+
+    result = check_vm(
+        host, "vm", ProbeSettings(), prober, wait=0, settings=SETTINGS, runtime=clock.runtime()
+    )
+
+    assert (result.ip, result.health) == ("192.0.2.2", Health.HEALTHY)
+    assert prober.calls == ["192.0.2.1", "192.0.2.2"]
+
+
+def test_a_transient_address_error_is_waited_out() -> None:
+    host = host_with("vm", "192.0.2.1")
+    host.failures[("addresses", "vm")] = [TransientError("agent not ready")] * 2
+    clock = FakeTime()
+
+    result = check_vm(
+        host,
+        "vm",
+        ProbeSettings(),
+        FakeProber(),
+        wait=60,
+        settings=SETTINGS,
+        runtime=clock.runtime(),
+    )
+
+    assert result.health is Health.HEALTHY
+    assert clock.sleeps == [5, 5]
+
+
+def test_a_permanent_address_error_ends_the_wait_at_once() -> None:
+    host = host_with("vm", "192.0.2.1")
+    host.failures[("addresses", "vm")] = [PermanentError("no guest agent channel")]
+    clock = FakeTime()
+
+    result = check_vm(
+        host,
+        "vm",
+        ProbeSettings(),
+        FakeProber(),
+        wait=60,
+        settings=SETTINGS,
+        runtime=clock.runtime(),
+    )
+
+    assert result.health is Health.UNKNOWN
+    assert "no guest agent channel" in result.detail
+    assert clock.sleeps == []
+
+
+def test_an_unhealthy_vm_is_probed_until_the_wait_ends_and_says_why() -> None:
+    host = host_with("vm", "192.0.2.1")
+    prober = FakeProber()
+    prober.unhealthy.add("192.0.2.1")
+    clock = FakeTime()
+
+    result = check_vm(
+        host, "vm", ProbeSettings(), prober, wait=12, settings=SETTINGS, runtime=clock.runtime()
+    )
+
+    assert (result.ip, result.health) == ("192.0.2.1", Health.UNHEALTHY)
+    assert result.detail.startswith("192.0.2.1: HTTP 503")
+    assert clock.sleeps == [5, 5]
+    assert len(prober.calls) == 3
+
+
+def test_a_vanished_domain_is_reported_as_not_found() -> None:
+    host = LocalFakeHost("kvm01")
+
+    result = check_vm(
+        host,
+        "vm",
+        ProbeSettings(),
+        FakeProber(),
+        wait=60,
+        settings=SETTINGS,
+        runtime=FakeTime().runtime(),
+    )
+
+    assert not result.found

@@ -1,0 +1,92 @@
+"""Observing hosts: all at once, failures are 'unreachable', never 'empty'; the pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from enginefakes import LocalFakeHost, make_host, make_proxy, make_repo
+
+from reconciler.engine.observe import observe
+from reconciler.engine.pool import HostPool
+from reconciler.errors import TransientError
+from reconciler.model import Domain, DomainState, Fleet, Host, Owner
+
+
+def fleet_of(*names: str) -> Fleet:
+    return make_repo((make_proxy("a"),), tuple(make_host(n) for n in names)).fleet
+
+
+def test_hosts_are_observed_at_the_same_time() -> None:
+    names = ("kvm01", "kvm02", "kvm03")
+    inside = threading.Barrier(3, timeout=5)
+    hosts = {n: LocalFakeHost(n) for n in names}
+    for host in hosts.values():
+        host.on_call = lambda method, target: inside.wait() if method == "observe" else None
+
+    seen = observe(fleet_of(*names), hosts, timeout=10)
+
+    assert [h.reachable for h in seen.inventory.hosts] == [True, True, True]
+
+
+def test_a_host_that_raises_anything_is_unreachable_with_the_error() -> None:
+    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
+    hosts["kvm01"].observe_error = TransientError("timed out", host="kvm01", rpc="virConnectOpen")
+    hosts["kvm02"].observe_error = ValueError("adapter bug")
+
+    seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=5)
+
+    assert [(h.name, h.reachable, h.error, h.domains) for h in seen.inventory.hosts] == [
+        ("kvm01", False, "host kvm01: virConnectOpen: timed out", ()),
+        ("kvm02", False, "ValueError: adapter bug", ()),
+    ]
+
+
+def test_a_hung_host_does_not_hold_the_observation_past_its_deadline() -> None:
+    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
+    release = threading.Event()
+    hosts["kvm02"].observe_block = release
+    started = time.monotonic()
+    try:
+        seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=0.3)
+    finally:
+        release.set()
+
+    assert time.monotonic() - started < 3
+    assert [h.reachable for h in seen.inventory.hosts] == [True, False]
+    print(f"observe with a hung host returned after {time.monotonic() - started:.2f} s")
+
+
+def test_host_statuses_count_owned_and_foreign_domains() -> None:
+    host = LocalFakeHost("kvm01")
+    host.domains = {
+        "mine": Domain("mine", DomainState.RUNNING, Owner("home", "a", "d" * 64)),
+        "theirs": Domain("theirs", DomainState.RUNNING, Owner("other", "a", "d" * 64)),
+        "plain": Domain("plain", DomainState.SHUTOFF),
+    }
+
+    seen = observe(fleet_of("kvm01"), {"kvm01": host}, timeout=5)
+
+    (status,) = seen.hosts
+    assert (status.owned, status.foreign, status.zone) == (1, 2, "a")
+
+
+def test_the_pool_reconnects_a_host_whose_entry_changed() -> None:
+    made: list[Host] = []
+
+    def factory(host: Host) -> LocalFakeHost:
+        made.append(host)
+        return LocalFakeHost(host.name)
+
+    pool = HostPool(factory)
+    first = pool.sync([make_host("kvm01")])["kvm01"]
+    moved = dataclasses.replace(make_host("kvm01"), port=2222)
+
+    second = pool.sync([moved])["kvm01"]
+
+    assert second is not first
+    assert first.closed  # type: ignore[attr-defined]
+    assert [h.port for h in made] == [22, 2222]
+    pool.close()
+    assert second.closed  # type: ignore[attr-defined]
