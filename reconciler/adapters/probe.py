@@ -1,0 +1,148 @@
+"""The health check: one request *through* the proxy VM, as the manifest says.
+
+``GET <probeURL>`` is sent to ``ip:proxyPort`` the way a client of the proxy
+sends it: an absolute URI in the request line for ``http://`` targets, a
+``CONNECT`` tunnel for ``https://`` ones. The proxy is healthy when the answer
+is ``expectStatus`` within ``timeoutSeconds``. Network failures are results,
+never exceptions: the check step must go on with the next VM.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from reconciler.model.fleet import Health
+
+_BODY_LIMIT = 64 * 1024
+_HEADERS = {
+    "User-Agent": "proxyfleet-probe",
+    "Cache-Control": "no-cache",
+    "Connection": "close",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """``status`` is the HTTP status the proxy relayed (None if none came);
+    ``error`` says why ``ok`` is False; ``duration`` is seconds."""
+
+    ok: bool
+    status: int | None = None
+    error: str | None = None
+    duration: float = 0.0
+
+    @property
+    def healthy(self) -> bool:
+        return self.ok
+
+    @property
+    def detail(self) -> str:
+        """One sentence for status and logs."""
+        took = f"{self.duration * 1000:.0f} ms"
+        if self.ok:
+            return f"HTTP {self.status} through the proxy in {took}"
+        return f"{self.error or 'probe failed'} (after {took})"
+
+
+class Prober(Protocol):
+    def probe(self, ip: str, health: Health) -> ProbeResult:
+        """Send one request through the proxy at ``ip``. Never raises for network failures.
+
+        Cost: one TCP connection, at most ``health.timeout_seconds`` per step.
+        """
+        ...
+
+
+class HttpProber:
+    """The real prober (``Prober``)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+
+    def probe(self, ip: str, health: Health) -> ProbeResult:
+        return probe(ip, health, clock=self._clock)
+
+
+class FakeProber:
+    """A scripted prober for unit tests: a result per IP, every call recorded."""
+
+    def __init__(
+        self,
+        results: Mapping[str, ProbeResult] | None = None,
+        *,
+        default: ProbeResult | None = None,
+    ) -> None:
+        self.results: dict[str, ProbeResult] = dict(results or {})
+        self.default = default or ProbeResult(ok=False, error="no proxy answers at this address")
+        self.calls: list[tuple[str, Health]] = []
+        self._lock = threading.Lock()
+
+    def probe(self, ip: str, health: Health) -> ProbeResult:
+        with self._lock:
+            self.calls.append((ip, health))
+            return self.results.get(ip, self.default)
+
+
+def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+    """``GET health.probe_url`` through the proxy at ``ip:health.proxy_port``."""
+    started = clock()
+    target = urllib.parse.urlsplit(health.probe_url)
+    scheme = target.scheme.lower()
+    if scheme not in ("http", "https") or not target.hostname:
+        return ProbeResult(ok=False, error=f"probe URL {health.probe_url!r} is not http(s)")
+    timeout = health.timeout_seconds
+    connection: http.client.HTTPConnection
+    try:
+        if scheme == "https":
+            connection = http.client.HTTPSConnection(
+                ip, health.proxy_port, timeout=timeout, context=ssl.create_default_context()
+            )
+            connection.set_tunnel(target.hostname, target.port or 443)
+            request_target = urllib.parse.urlunsplit(("", "", target.path or "/", target.query, ""))
+        else:
+            connection = http.client.HTTPConnection(ip, health.proxy_port, timeout=timeout)
+            request_target = health.probe_url  # absolute URI: this is a proxy request
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return ProbeResult(ok=False, error=_reason(exc), duration=clock() - started)
+    try:
+        connection.request("GET", request_target, headers=_HEADERS)
+        response = connection.getresponse()
+        response.read(_BODY_LIMIT)
+        status = response.status
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return ProbeResult(ok=False, error=_reason(exc), duration=clock() - started)
+    finally:
+        connection.close()
+    duration = clock() - started
+    if status != health.expect_status:
+        return ProbeResult(
+            ok=False,
+            status=status,
+            error=f"expected HTTP {health.expect_status}, got {status}",
+            duration=duration,
+        )
+    if duration > timeout:
+        # Each socket step had its own timeout; the whole answer must fit too.
+        return ProbeResult(
+            ok=False,
+            status=status,
+            error=f"answered after {duration:.1f} s, over the {timeout:g} s limit",
+            duration=duration,
+        )
+    return ProbeResult(ok=True, status=status, duration=duration)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"

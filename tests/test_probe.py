@@ -1,0 +1,138 @@
+"""The health probe against a tiny forward-proxy stub on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from reconciler.adapters.probe import FakeProber, HttpProber, Prober, ProbeResult, probe
+from reconciler.model import Health
+
+
+@dataclass
+class ProxyStub:
+    port: int
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@pytest.fixture
+def proxy() -> Iterator[ProxyStub]:
+    """Answers like a forward proxy: by the absolute URI in the request line."""
+    stub = ProxyStub(port=0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _record(self) -> None:
+            stub.requests.append((self.command, self.path, self.headers.get("Host", "")))
+
+        def do_GET(self) -> None:
+            self._record()
+            if self.path.endswith("/slow"):
+                stub.release.wait(10)
+            status = 204 if self.path.endswith("/generate_204") else 500
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_CONNECT(self) -> None:
+            self._record()
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    stub.port = httpd.server_address[1]
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield stub
+    finally:
+        stub.release.set()
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def health(port: int, url: str = "http://probe.invalid/generate_204", **kw: float) -> Health:
+    return Health(
+        proxy_port=port, probe_url=url, expect_status=204, timeout_seconds=kw.get("timeout", 2.0)
+    )
+
+
+def test_a_204_through_the_proxy_is_healthy(proxy: ProxyStub) -> None:
+    result = probe("127.0.0.1", health(proxy.port))
+    assert result.ok and result.status == 204 and result.error is None
+    assert result.healthy
+    assert "HTTP 204" in result.detail
+
+
+def test_the_request_is_a_proxy_request_with_an_absolute_uri(proxy: ProxyStub) -> None:
+    probe("127.0.0.1", health(proxy.port))
+    assert proxy.requests == [("GET", "http://probe.invalid/generate_204", "probe.invalid")]
+
+
+def test_an_unexpected_status_is_unhealthy_and_says_both(proxy: ProxyStub) -> None:
+    result = probe("127.0.0.1", health(proxy.port, "http://probe.invalid/fail"))
+    assert not result.ok and result.status == 500
+    assert result.error == "expected HTTP 204, got 500"
+    assert not result.healthy
+
+
+def test_a_proxy_that_does_not_answer_in_time_is_unhealthy(proxy: ProxyStub) -> None:
+    result = probe("127.0.0.1", health(proxy.port, "http://probe.invalid/slow", timeout=0.3))
+    assert not result.ok and result.status is None
+    assert result.error == "timed out"
+    assert result.duration < 5
+
+
+def test_a_closed_port_is_unhealthy_not_an_exception() -> None:
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    result = probe("127.0.0.1", health(port))
+    assert not result.ok and result.error == "connection refused"
+
+
+def test_an_https_probe_url_is_tunnelled_with_connect(proxy: ProxyStub) -> None:
+    result = probe("127.0.0.1", health(proxy.port, "https://probe.invalid/generate_204"))
+    assert not result.ok and result.error is not None and "403" in result.error
+    assert proxy.requests[0][:2] == ("CONNECT", "probe.invalid:443")
+
+
+def test_a_probe_url_that_is_not_http_is_unhealthy() -> None:
+    result = probe("127.0.0.1", health(1, "ftp://probe.invalid/x"))
+    assert not result.ok and "not http" in (result.error or "")
+
+
+def test_a_slow_but_complete_answer_over_the_limit_is_unhealthy(proxy: ProxyStub) -> None:
+    ticks = iter([0.0, 5.0])
+    result = probe("127.0.0.1", health(proxy.port, timeout=2.0), clock=lambda: next(ticks))
+    assert not result.ok and result.status == 204
+    assert "over the 2 s limit" in (result.error or "")
+
+
+def test_the_real_and_the_fake_prober_satisfy_the_protocol(proxy: ProxyStub) -> None:
+    probers: list[Prober] = [
+        HttpProber(),
+        FakeProber({"127.0.0.1": ProbeResult(ok=True, status=204)}),
+    ]
+    for prober in probers:
+        assert prober.probe("127.0.0.1", health(proxy.port)).ok
+
+
+def test_the_fake_prober_records_calls_and_defaults_to_unhealthy() -> None:
+    fake = FakeProber({"10.0.0.5": ProbeResult(ok=True, status=204)})
+    h = Health()
+    assert fake.probe("10.0.0.5", h).ok
+    assert not fake.probe("10.0.0.6", h).ok
+    assert fake.calls == [("10.0.0.5", h), ("10.0.0.6", h)]
