@@ -6,99 +6,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, LocalFakeHost
+from enginefakes import FleetRepo as Fleet
+from enginefakes import LocalFakeHost
 
 from reconciler.engine.pool import HostPool
-from reconciler.engine.reconcile import Engine
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import ActionKind, Host
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings
-
-FLEET = """\
-apiVersion: proxyfleet/v1
-kind: Fleet
-metadata:
-  name: home
-spec:
-  images:
-    debian-12:
-      url: https://images.example.test/debian-12.qcow2
-  machineTypes:
-    small: {vcpus: 1, memoryMiB: 512, diskGiB: 4}
-  hosts:
-HOSTS
-  policy:
-    prune: true
-    maxDeletesPerRun: 5
-"""
-
-HOST = """\
-    - name: NAME
-      address: NAME.example.test
-      zone: a
-      network: {bridge: br0}
-"""
-
-PROXY = """\
----
-apiVersion: proxyfleet/v1
-kind: Proxy
-metadata:
-  name: NAME
-spec:
-  placement: {zone: a, image: debian-12, machineType: small}
-  cloudInit:
-    userData: |
-      #cloud-config
-      hostname: NAME
-"""
-
-
-class Fleet:
-    """A fleet repo in a temp dir, fake hosts for it, and an Engine over them."""
-
-    def __init__(self, root: Path, hosts: tuple[str, ...] = ("kvm01", "kvm02")) -> None:
-        self.root = root
-        self.time = FakeTime()
-        self.hosts = {name: LocalFakeHost(name) for name in hosts}
-        self.made: list[str] = []
-        self.stop = threading.Event()
-        self.engine = Engine(
-            self.factory,
-            images=FakeImages(),
-            prober=FakeProber(),
-            settings=ApplySettings(observe_timeout=2.0),
-            runtime=self.time.runtime(self.stop),
-        )
-        self.write(hosts, ("web-1", "web-2", "web-3"))
-
-    def factory(self, host: Host) -> LocalFakeHost:
-        self.made.append(host.name)
-        return self.hosts.setdefault(host.name, LocalFakeHost(host.name))
-
-    def write(self, hosts: tuple[str, ...], proxies: tuple[str, ...], extra: str = "") -> None:
-        host_text = "".join(HOST.replace("NAME", h) for h in hosts)
-        (self.root / "fleet.yaml").write_text(FLEET.replace("HOSTS\n", host_text))
-        text = "".join(PROXY.replace("NAME", p) for p in proxies)
-        (self.root / "proxies.yaml").write_text(text + extra)
-
-    def cycle(self, revision: str = "rev1") -> RunReport:
-        return self.engine.reconcile_once(self.root, revision=revision)
-
-    def mutating_calls(self) -> list[tuple[str, str, str]]:
-        return [(h, m, t) for h, host in self.hosts.items() for m, t in host.mutating_calls()]
-
-    def forget_calls(self) -> None:
-        for host in self.hosts.values():
-            host.calls.clear()
-
-    def where(self, proxy: str) -> tuple[str, str]:
-        for name, host in self.hosts.items():
-            for domain in host.domains.values():
-                if domain.owner is not None and domain.owner.proxy == proxy:
-                    return name, domain.name
-        raise AssertionError(f"no VM for {proxy}")
 
 
 @pytest.fixture
