@@ -20,9 +20,11 @@ from pathlib import Path
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
+from reconciler.engine.observe import Observation, observe
+from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Host, Repo
-from reconciler.model.settings import DaemonSettings, SshSettings
+from reconciler.model.settings import ApplySettings, DaemonSettings, SshSettings
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -139,3 +141,18 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         for line in (headers, *rows)
     ]
     return "\n".join(lines)
+
+
+def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
+    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``).
+
+    Host access as ``add_host_access_arguments`` describes; unreachable hosts
+    come back as such, never as an exception.
+    """
+    settings = daemon_settings(args)
+    pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
+    try:
+        hosts = pool.sync(repo.fleet.hosts)
+        return observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
+    finally:
+        pool.close()
