@@ -19,6 +19,7 @@ their input through here, so a case reads like the situation it describes::
         - {proxy: web-1, digest: "as-on:kvm02"}   # the digest it would have on kvm02
         - {proxy: web, fleet: home-a, digest: "of:a-web"}  # a-web's digest
         - {name: win11, state: shutoff}           # foreign: no owner
+        - {like: web-1}                           # foreign, named as web-1's VM
         - {name: pf-x, fleet: other, proxy: web-1}  # foreign: another fleet
       kvm02: unreachable
 
@@ -142,7 +143,10 @@ def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
 def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
     state = DomainState(raw.get("state", "running"))
     if "proxy" not in raw:
-        return Domain(name=raw["name"], state=state, owner=None)
+        name = raw.get("name") or domain_name(
+            repo.fleet.name, raw["like"], desired_digest(repo, raw["like"], host)
+        )
+        return Domain(name=name, state=state, owner=None)
     fleet = raw.get("fleet", repo.fleet.name)
     digest = _digest(repo, raw["proxy"], host, raw.get("digest", "current"))
     owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=raw.get("protect", False))

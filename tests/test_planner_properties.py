@@ -1,0 +1,269 @@
+"""Properties of the planner over generated worlds (hypothesis).
+
+A world is a small fleet (hosts in two zones and two networks, some full,
+some unreachable or missing from the inventory, sometimes a host removed from
+fleet.yaml), a few proxies (pinned or not, protected or not) and owned VMs
+with current, stale or misplaced digests beside foreign domains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planworld import build_inventory, build_repo, desired_digest
+
+from reconciler.core.planner import plan
+from reconciler.model import (
+    ActionKind,
+    Domain,
+    DomainState,
+    HostInventory,
+    Inventory,
+    Owner,
+    Plan,
+    Repo,
+)
+
+HOSTS = ("kvm01", "kvm02", "kvm03", "kvm04")
+PROXIES = ("web-0", "web-1", "web-2", "web-3", "web-4")
+MUTATING = (ActionKind.CREATE, ActionKind.START, ActionKind.REPLACE, ActionKind.DELETE)
+EXAMPLES = settings(max_examples=200, deadline=None)
+
+
+@st.composite
+def worlds(draw: Callable[..., Any], *, capacity: bool = True) -> tuple[Repo, Inventory]:
+    hosts = []
+    for name in HOSTS[: draw(st.integers(1, len(HOSTS)))]:
+        max_proxies = draw(st.none() | st.integers(0, 3)) if capacity else None
+        network = draw(st.sampled_from(["br0", "br1"]))
+        zone = draw(st.sampled_from(["a", "b"]))
+        hosts.append({"name": name, "zone": zone, "maxProxies": max_proxies, "network": network})
+    policy = {
+        "prune": draw(st.booleans()),
+        "maxDeletesPerRun": draw(st.integers(0, 4)),
+        "allowEmpty": draw(st.booleans()),
+        "drift": draw(st.sampled_from(["correct", "detect"])),
+        "suspend": draw(st.integers(0, 4)) == 0,
+    }
+    proxies = []
+    for name in draw(st.lists(st.sampled_from(PROXIES), unique=True, max_size=4)):
+        pin = draw(st.none() | st.sampled_from([h["name"] for h in hosts]))
+        proxies.append(
+            {
+                "name": name,
+                "zone": draw(st.sampled_from(["a", "b"])),
+                "host": pin,
+                "userData": draw(st.sampled_from(["#cloud-config\n", "#!/bin/sh\n"])),
+                "protect": draw(st.integers(0, 4)) == 0,
+            }
+        )
+    repo = build_repo({"hosts": hosts, "policy": policy}, proxies)
+    inventory: dict[str, Any] = {}
+    for name in [*(h["name"] for h in hosts), "kvm09"]:
+        status = draw(st.sampled_from(["reachable", "reachable", "unreachable", "missing"]))
+        if status == "missing":
+            continue
+        if status == "unreachable":
+            inventory[name] = "unreachable"
+            continue
+        domains = draw(st.lists(_domains(repo, name), max_size=4))
+        inventory[name] = domains
+    built = build_inventory(repo, inventory)
+    return repo, dataclasses.replace(built, hosts=tuple(_unique_names(h) for h in built.hosts))
+
+
+def _unique_names(host: HostInventory) -> HostInventory:
+    """A host cannot hold two domains of one name: keep the first generated."""
+    by_name: dict[str, Domain] = {}
+    for domain in host.domains:
+        by_name.setdefault(domain.name, domain)
+    return dataclasses.replace(host, domains=tuple(by_name.values()))
+
+
+def _domains(repo: Repo, host: str) -> st.SearchStrategy[dict[str, Any]]:
+    known = [p.name for p in repo.proxies]
+    in_fleet = repo.fleet.host(host) is not None
+    labels = ["old", "older"] + [f"as-on:{h.name}" for h in repo.fleet.hosts]
+    owned = st.fixed_dictionaries(
+        {
+            "proxy": st.sampled_from(PROXIES),
+            "state": st.sampled_from([s.value for s in DomainState]),
+            "digest": st.sampled_from(["current", *labels]),
+            "protect": st.booleans(),
+        }
+    ).map(lambda d: _fix_digest(d, known, in_fleet))
+    foreign: st.SearchStrategy[dict[str, Any]] = st.just({"name": "windows11"})
+    if known and in_fleet:  # a foreign domain holding the name a new VM would get
+        foreign = foreign | st.sampled_from(known).map(lambda p: {"like": p})
+    other_fleet = st.fixed_dictionaries(
+        {"proxy": st.sampled_from(PROXIES), "fleet": st.just("office"), "digest": st.just("old")}
+    )
+    return owned | owned | foreign | other_fleet
+
+
+def _fix_digest(raw: dict[str, Any], known: list[str], in_fleet: bool) -> dict[str, Any]:
+    """A 'current' or 'as-on' digest needs the proxy's manifest and a host of fleet.yaml."""
+    label = raw["digest"]
+    if label != "old" and label != "older" and (raw["proxy"] not in known or not in_fleet):
+        return {**raw, "digest": "old"}
+    return raw
+
+
+def _reachable(inventory: Inventory) -> set[str]:
+    return {h.name for h in inventory.hosts if h.reachable}
+
+
+@EXAMPLES
+@given(worlds())
+def test_no_action_ever_targets_an_unreachable_host(world: tuple[Repo, Inventory]) -> None:
+    repo, inventory = world
+    reachable = _reachable(inventory)
+    for action in plan(repo, inventory).actions:
+        assert action.host is None or action.host in reachable, action
+        assert action.replaces is None or action.replaces.host in reachable, action
+
+
+def _current_vms(repo: Repo, inventory: Inventory) -> dict[str, set[tuple[str, str]]]:
+    """Per proxy with a manifest: its owned VMs (host, domain) whose digest is current there."""
+    current: dict[str, set[tuple[str, str]]] = {p.name: set() for p in repo.proxies}
+    for host in inventory.hosts:
+        if repo.fleet.host(host.name) is None:
+            continue
+        for d in host.domains:
+            owner = d.owner
+            if owner is None or owner.fleet != repo.fleet.name or owner.proxy not in current:
+                continue
+            if owner.digest == desired_digest(repo, owner.proxy, host.name):
+                current[owner.proxy].add((host.name, d.name))
+    return current
+
+
+@EXAMPLES
+@given(worlds())
+def test_a_proxy_with_an_unchanged_digest_is_never_deleted_or_replaced(
+    world: tuple[Repo, Inventory],
+) -> None:
+    repo, inventory = world
+    actions = plan(repo, inventory).actions
+    for proxy, vms in _current_vms(repo, inventory).items():
+        if not vms:
+            continue
+        mine = [a for a in actions if a.proxy == proxy]
+        assert not [a for a in mine if a.kind is ActionKind.REPLACE]
+        deleted = {(a.host, a.domain) for a in mine if a.kind is ActionKind.DELETE}
+        assert vms - deleted, f"every up-to-date VM of {proxy} is deleted"
+        survivors = {
+            (a.host, a.domain) for a in mine if a.kind in (ActionKind.KEEP, ActionKind.START)
+        }
+        assert len(survivors & vms) == 1, "exactly one up-to-date VM is kept or started"
+
+
+@EXAMPLES
+@given(worlds())
+def test_every_safety_rule_holds_in_any_world(world: tuple[Repo, Inventory]) -> None:
+    repo, inventory = world
+    policy = repo.fleet.policy
+    actions = plan(repo, inventory).actions
+    kinds = [a.kind for a in actions]
+    if policy.suspend:
+        assert not set(kinds) & set(MUTATING)
+    deletes = [a for a in actions if a.kind is ActionKind.DELETE]
+    assert len(deletes) <= policy.max_deletes_per_run
+    if not repo.proxies and not policy.allow_empty:
+        assert not deletes
+    owners = {
+        (h.name, d.name): d.owner for h in inventory.hosts for d in h.domains if d.owner is not None
+    }
+    for a in actions:
+        if a.kind not in (ActionKind.DELETE, ActionKind.START):
+            continue
+        owner = owners.get((a.host or "", a.domain or ""))
+        assert owner is not None and owner.fleet == repo.fleet.name, "foreign VM touched"
+        assert repo.fleet.host(a.host or "") is not None, "VM on a removed host touched"
+        manifest = repo.proxy(owner.proxy)
+        if a.kind is ActionKind.DELETE and manifest is None:
+            assert policy.prune and not owner.protect
+        if a.kind is ActionKind.DELETE and manifest is not None:
+            assert not manifest.lifecycle.protect
+    for a in actions:
+        if a.kind is ActionKind.REPLACE:
+            replaced = repo.proxy(a.proxy or "")
+            assert replaced is not None and not replaced.lifecycle.protect
+    assert plan(repo, inventory) == plan(repo, inventory)
+
+
+def apply(repo: Repo, inventory: Inventory, result: Plan) -> Inventory:
+    """The simulated world after every unblocked action succeeded (new VMs come up running)."""
+    hosts = {h.name: {d.name: d for d in h.domains} for h in inventory.hosts}
+    for a in result.actions:
+        host = hosts.get(a.host or "")
+        if a.kind in (ActionKind.CREATE, ActionKind.REPLACE):
+            assert host is not None and a.domain and a.proxy and a.digest
+            assert a.domain not in host, "a new VM would overwrite a domain"
+            proxy = repo.proxy(a.proxy)
+            assert proxy is not None
+            owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
+            host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
+        elif a.kind is ActionKind.START:
+            assert host is not None and a.domain in host
+            host[a.domain] = dataclasses.replace(host[a.domain], state=DomainState.RUNNING)
+        elif a.kind is ActionKind.DELETE:
+            assert host is not None and a.domain in host
+            del host[a.domain]
+    return Inventory(
+        hosts=tuple(
+            dataclasses.replace(h, domains=tuple(hosts[h.name].values())) for h in inventory.hosts
+        )
+    )
+
+
+def _second_steps(first: Plan) -> set[tuple[str | None, str | None]]:
+    """VMs the first plan already meant to delete: replaced ones, waiting or limited deletes."""
+    allowed = {(a.replaces.host, a.replaces.domain) for a in first.actions if a.replaces}
+    allowed |= {(a.host, a.domain) for a in first.actions if a.blocks is ActionKind.DELETE}
+    return allowed
+
+
+@EXAMPLES
+@given(worlds(capacity=False))
+def test_planning_again_after_applying_leaves_only_keeps_and_second_steps(
+    world: tuple[Repo, Inventory],
+) -> None:
+    repo, inventory = world
+    first = plan(repo, inventory)
+    second = plan(repo, apply(repo, inventory, first))
+    second_steps = _second_steps(first)
+    for a in second.actions:
+        assert a.kind not in (ActionKind.CREATE, ActionKind.START, ActionKind.REPLACE), a
+        if a.kind is ActionKind.DELETE:
+            assert (a.host, a.domain) in second_steps, a
+
+
+@EXAMPLES
+@given(worlds())
+def test_applying_plans_reaches_a_plan_without_changes(world: tuple[Repo, Inventory]) -> None:
+    repo, inventory = world
+    for _ in range(12):
+        result = plan(repo, inventory)
+        if not any(a.kind in MUTATING for a in result.actions):
+            return
+        inventory = apply(repo, inventory, result)
+    raise AssertionError(f"still changing after 12 rounds: {result.actions}")
+
+
+def test_the_generated_worlds_reach_every_action_kind() -> None:
+    """Guards the generator: properties over worlds that never delete would prove nothing."""
+    seen: set[ActionKind] = set()
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(worlds())
+    def collect(world: tuple[Repo, Inventory]) -> None:
+        seen.update(a.kind for a in plan(*world).actions)
+        seen.update(a.blocks for a in plan(*world).actions if a.blocks is not None)
+
+    collect()
+    assert seen == set(ActionKind)
