@@ -114,3 +114,20 @@ def test_a_run_that_observed_nothing_keeps_the_last_hosts_and_proxies() -> None:
     assert later["hosts"] == first["hosts"]
     assert later["blocked"] == first["blocked"]
     assert "proxy web-1 gone" not in statusdoc.commit_message(first, later)
+
+
+def test_the_idle_run_after_a_change_is_not_meaningful() -> None:
+    from dataclasses import replace
+
+    from reconciler.model.report import Condition
+
+    def with_reconciling(r: object, reason: str) -> object:
+        conds = tuple(
+            Condition("Reconciling", False, reason) if c.type == "Reconciling" else c
+            for c in r.conditions  # type: ignore[attr-defined]
+        )
+        return replace(r, conditions=conds)  # type: ignore[type-var]
+
+    changed = doc_of(with_reconciling(report(minute=0, created=True), "Converged"))
+    idle = doc_of(with_reconciling(report(minute=5), "NoChanges"), previous=changed)
+    assert statusdoc.meaningful(idle) == statusdoc.meaningful(changed)

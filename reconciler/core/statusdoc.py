@@ -150,17 +150,39 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
 
 
 def meaningful(doc: Mapping[str, Any] | None) -> Doc:
-    """What must differ for a commit: everything but timestamps and the run history.
+    """What must differ for a commit: the state of the fleet, not the story of one run.
 
-    The newest run's outcome (result, failures, problems) counts; its times do not.
+    Left out: timestamps (``updated``, every ``since``), the run history, what
+    the last run applied (its effect shows in the proxies), why Reconciling
+    is False ("Converged" after a change, "NoChanges" on the next idle run)
+    and the per-host VM counts (observed before the apply, so they trail the
+    proxies by one run).
+    The newest run's result, failures and problems count.
     """
     if not doc:
         return {}
     view = {k: v for k, v in doc.items() if k not in _VOLATILE}
+    view["conditions"] = [_steady_condition(c) for c in doc.get("conditions", [])]
+    view["proxies"] = [_without(p, ("since",)) for p in doc.get("proxies", [])]
+    view["hosts"] = [_without(h, ("owned", "foreign")) for h in doc.get("hosts", [])]
     runs = doc.get("runs") or []
     if runs and isinstance(runs[0], dict):
-        view["lastRun"] = {k: v for k, v in runs[0].items() if k not in _RUN_TIMES}
+        view["lastRun"] = _without(runs[0], (*_RUN_TIMES, "applied"))
     return view
+
+
+def _without(entry: Any, keys: Sequence[str]) -> Any:
+    if not isinstance(entry, Mapping):
+        return entry
+    return {k: v for k, v in entry.items() if k not in keys}
+
+
+def _steady_condition(c: Any) -> Any:
+    if not isinstance(c, Mapping):
+        return c
+    if c.get("type") == "Reconciling" and c.get("status") == "False":
+        return {"type": "Reconciling", "status": "False"}
+    return _without(c, ("since",))
 
 
 def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
@@ -176,7 +198,7 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     old_cond = {c["type"]: c for c in prev.get("conditions", [])}
     for c in new.get("conditions", []):
         o = old_cond.get(c["type"])
-        if o is None or (o.get("status"), o.get("reason")) != (c["status"], c["reason"]):
+        if _steady_condition(o) != _steady_condition(c):
             out.append(f"{c['type']} is {c['status']} ({c['reason']})")
     out += _proxy_changes(prev.get("proxies", []), new.get("proxies", []))
     out += _host_changes(prev.get("hosts", []), new.get("hosts", []))

@@ -127,7 +127,7 @@ class Daemon:
         self.triggers = TriggerQueue()
         self.metrics = metrics
         self.reports: list[RunReport] = []
-        """Reports of the cycles run so far (the last few), newest last."""
+        """Reports of the last cycles, newest last; appended once metrics and status are written."""
         self._cycle = cycle
         self._status = status
         self._notifier = notifier if notifier is not None else SdNotify({})
@@ -230,11 +230,11 @@ class Daemon:
             self._cycle_started = None
             self._last_completed = self._monotonic()
         self.metrics.record(report)
-        self.reports = [*self.reports[-9:], report]
         if self._status is not None:
             published = self._status.publish(report)
             if published.error:
                 log.warning("Status not written back: %s", published.error)
+        self.reports = [*self.reports[-9:], report]
         summary = _summary(report)
         log.info("Reconcile finished: %s.", summary)
         self._notifier.status(summary)
