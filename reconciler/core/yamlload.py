@@ -112,10 +112,9 @@ def load_documents(text: str, file: str) -> tuple[tuple[Document, ...], tuple[Pr
     except ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         problems.append(
-            Problem(
-                file, line, column, "", f"invalid YAML: character {exc.character!r} is not allowed"
-            )
+            Problem(file, line, column, "", f"invalid YAML: character U+{char:04X} is not allowed")
         )
     except YAMLError as exc:
         problems.append(Problem(file, 0, 0, "", f"invalid YAML: {exc}"))
