@@ -50,11 +50,10 @@ MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
-    """A schema-valid document of one kind, kept with its positions."""
+    """A Fleet or Proxy document (schema-valid or not), kept with its positions."""
 
     kind: str
     document: Document
-    valid: bool
 
 
 def load_repo(root: Path) -> Repo:
@@ -118,7 +117,7 @@ def _read(path: Path, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ..
 
 
 def _classify(document: Document, loaded: list[_Loaded]) -> list[Problem]:
-    """Schema problems of one document; a valid one is appended to ``loaded``."""
+    """Schema problems of one document; a Fleet or Proxy one is appended to ``loaded``."""
     data = document.data
     start = document.start
     if not isinstance(data, dict):
@@ -136,7 +135,7 @@ def _classify(document: Document, loaded: list[_Loaded]) -> list[Problem]:
         )
         return [Problem(document.file, mark.line, mark.column, "kind", message)]
     problems = check(document, kind)
-    loaded.append(_Loaded(kind, document, valid=not problems))
+    loaded.append(_Loaded(kind, document))
     return problems
 
 
