@@ -87,13 +87,14 @@ def _os(firmware: Firmware) -> ET.Element:
         os_element.set("firmware", "efi")
     ET.SubElement(os_element, "type", {"arch": "x86_64", "machine": "q35"}).text = "hvm"
     if firmware is Firmware.UEFI:
-        # Both the feature list (firmware autoselection filter) and loader
-        # secure="no" (the SMM/secure flag of the chosen loader) are needed for
-        # secure boot to be off on every libvirt from 8.x on.
+        # Secure boot off through the autoselection filter (libvirt >= 7.2).
+        # No <loader secure="no"/>: the schema allows it, but libvirt 9.0
+        # refuses it next to firmware="efi" ("loader attribute 'secure' cannot
+        # be specified when firmware autoselection is enabled"); only 9.2+
+        # reads loader attributes as filters.
         wanted = ET.SubElement(os_element, "firmware")
         ET.SubElement(wanted, "feature", {"enabled": "no", "name": "enrolled-keys"})
         ET.SubElement(wanted, "feature", {"enabled": "no", "name": "secure-boot"})
-        ET.SubElement(os_element, "loader", {"secure": "no"})
     ET.SubElement(os_element, "boot", {"dev": "hd"})
     return os_element
 
