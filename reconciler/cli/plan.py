@@ -1,17 +1,180 @@
-"""``proxyfleet plan``: not built yet."""
+"""``proxyfleet plan``: what a reconcile would do, Terraform-style; changes nothing.
+
+With ``--inventory FILE`` it plans offline against an inventory in the
+``proxyfleet inventory --json`` format; without it, it reads the live hosts
+(host access as for ``apply``). ``--json`` prints the plan as JSON.
+
+Listing symbols: ``+`` create, ``-`` delete, ``-/+`` replace, ``~`` start,
+``!`` blocked (with the action it stopped), ``?`` abandoned. Up-to-date VMs
+are counted, not listed; a kept VM with something to say (shut off under
+drift detect, paused, crashed) is listed with ``=``.
+
+Exit codes:
+  0  nothing to do: keep and abandon only
+  1  error: invalid repo or inventory, unusable config
+  2  the plan has changes (anything else, blocked actions included)
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from reconciler.cli.common import (
+    add_host_access_arguments,
+    add_repo_argument,
+    config_error,
+    load_repo_or_complain,
+    observe_live,
+)
+from reconciler.core.inventory import load_inventory
+from reconciler.core.planner import UP_TO_DATE, plan
+from reconciler.errors import ConfigError, InvalidInput
+from reconciler.model import Action, ActionKind, Inventory, Plan
+
+EXIT_NO_CHANGES = 0
+EXIT_ERROR = 1
+EXIT_CHANGES = 2
+
+SYMBOLS = {
+    ActionKind.CREATE: "+",
+    ActionKind.DELETE: "-",
+    ActionKind.REPLACE: "-/+",
+    ActionKind.START: "~",
+    ActionKind.BLOCKED: "!",
+    ActionKind.ABANDON: "?",
+    ActionKind.KEEP: "=",
+}
+_COLORS = {
+    ActionKind.CREATE: "32",  # green
+    ActionKind.DELETE: "31",  # red
+    ActionKind.REPLACE: "33",  # yellow
+    ActionKind.START: "36",  # cyan
+    ActionKind.BLOCKED: "1;35",  # bold magenta
+    ActionKind.ABANDON: "2",  # dim
+    ActionKind.KEEP: "2",
+}
+_SUMMARY = (
+    (ActionKind.CREATE, "to create"),
+    (ActionKind.START, "to start"),
+    (ActionKind.REPLACE, "to replace"),
+    (ActionKind.DELETE, "to delete"),
+    (ActionKind.BLOCKED, "blocked"),
+    (ActionKind.KEEP, "kept"),
+    (ActionKind.ABANDON, "abandoned"),
+)
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("plan", help="(not built yet)")
+    parser = sub.add_parser(
+        "plan",
+        help="show what a reconcile would do; exit 0 no changes, 2 changes, 1 error",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_repo_argument(parser)
+    parser.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE",
+        help="plan against this inventory (`proxyfleet inventory --json`) instead of live hosts",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_host_access_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("proxyfleet plan: not built yet", file=sys.stderr)
-    return 1
+    repo = load_repo_or_complain(args.repo)
+    if repo is None:
+        return EXIT_ERROR
+    inventory: Inventory
+    if args.inventory is not None:
+        try:
+            inventory = load_inventory(args.inventory)
+        except InvalidInput as exc:
+            print(f"{args.inventory}: the inventory is invalid:", file=sys.stderr)
+            for problem in exc.problems:
+                print(f"  {problem}", file=sys.stderr)
+            return EXIT_ERROR
+    else:
+        try:
+            inventory = observe_live(repo, args).inventory
+        except ConfigError as exc:
+            return config_error(exc)
+    result = plan(repo, inventory)
+    if args.json:
+        print(json.dumps(plan_json(result), indent=2))
+    else:
+        print(render_plan(result, color=_use_color()))
+    return EXIT_CHANGES if result.has_changes else EXIT_NO_CHANGES
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def plan_json(result: Plan) -> dict[str, Any]:
+    """The ``plan --json`` document: every action (keeps too) and the summary counts."""
+    return {"actions": [action_json(a) for a in result.actions], "summary": result.summary()}
+
+
+def action_json(action: Action) -> dict[str, Any]:
+    """One action; fields that do not apply are null (every key is always present)."""
+    replaces = action.replaces
+    return {
+        "action": action.kind.value,
+        "proxy": action.proxy,
+        "host": action.host,
+        "domain": action.domain,
+        "digest": action.digest,
+        "reason": action.reason,
+        "blocks": action.blocks.value if action.blocks is not None else None,
+        "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
+    }
+
+
+def render_plan(result: Plan, *, color: bool) -> str:
+    """The listing: one line per action worth reading, then the summary line."""
+    lines = [_line(a, color=color) for a in result.actions if _listed(a)]
+    return "\n".join([*lines, *([""] if lines else []), summary_line(result)])
+
+
+def _listed(action: Action) -> bool:
+    return action.kind is not ActionKind.KEEP or action.reason != UP_TO_DATE
+
+
+def _line(action: Action, *, color: bool) -> str:
+    symbol = SYMBOLS[action.kind].rjust(3)
+    verb = action.kind.value if action.blocks is None else f"blocked {action.blocks.value}"
+    where = " ".join(
+        part
+        for part in (
+            action.proxy or "",
+            f"on {action.host}" if action.host else "",
+            action.domain or "",
+            f"(replaces {action.replaces.host}/{action.replaces.domain})"
+            if action.replaces
+            else "",
+        )
+        if part
+    )
+    head = f"{symbol} {verb:<15} {where}"
+    if color:
+        head = f"\033[{_COLORS[action.kind]}m{head}\033[0m"
+    return f"{head}\n      {action.reason}"
+
+
+def summary_line(result: Plan) -> str:
+    """``Plan: 1 to create, 0 to start, ...`` or ``No changes. 12 kept, 0 abandoned.``"""
+    counts = result.summary()
+    parts = ", ".join(f"{counts[kind.value]} {words}" for kind, words in _SUMMARY)
+    if not result.has_changes:
+        kept = counts[ActionKind.KEEP.value]
+        abandoned = counts[ActionKind.ABANDON.value]
+        return f"No changes. {kept} kept, {abandoned} abandoned."
+    return f"Plan: {parts}."

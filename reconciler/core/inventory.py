@@ -48,7 +48,9 @@ def parse_inventory(text: str, *, file: str) -> Inventory:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidInput([Problem(file, exc.lineno, exc.colno, "", exc.msg)]) from exc
+        raise InvalidInput(
+            [Problem(file, exc.lineno, exc.colno, "", f"not JSON: {exc.msg}")]
+        ) from exc
     reader = _Reader(file)
     inventory = reader.inventory(document)
     if reader.problems:
@@ -127,13 +129,12 @@ class _Reader:
         reachable = raw.get("reachable")
         if not isinstance(reachable, bool):
             self.problem(f"{at}.reachable", "must be true or false")
-            reachable = False
         error = self.string(raw, "error", at, required=False)
         raw_domains = raw.get("domains", [])
         if not isinstance(raw_domains, list):
             self.problem(f"{at}.domains", "must be a list")
             raw_domains = []
-        if raw_domains and not reachable:
+        if raw_domains and reachable is False:
             self.problem(f"{at}.domains", "an unreachable host cannot list domains")
         domains: list[Domain] = []
         seen: set[str] = set()
@@ -145,7 +146,7 @@ class _Reader:
                 self.problem(f"{at}.domains[{j}].name", f"domain {domain.name!r} is listed twice")
             seen.add(domain.name)
             domains.append(domain)
-        if name is None:
+        if name is None or not isinstance(reachable, bool):
             return None
         return HostInventory(name=name, reachable=reachable, domains=tuple(domains), error=error)
 

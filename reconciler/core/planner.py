@@ -40,6 +40,7 @@ REPLACE, DELETE = ActionKind.REPLACE, ActionKind.DELETE
 BLOCKED, ABANDON = ActionKind.BLOCKED, ActionKind.ABANDON
 MUTATING = frozenset({CREATE, START, REPLACE, DELETE})
 
+UP_TO_DATE = "up to date"
 SUSPENDED = "the fleet is suspended (policy.suspend)"
 PROTECTED = "protected (lifecycle.protect)"
 PRUNE_OFF = "its manifest is gone but prune is off"
@@ -182,7 +183,7 @@ class _Planner:
     def _keep(self, proxy: Proxy, vm: _Vm) -> Action:
         state = vm.state
         if state is DomainState.RUNNING:
-            return vm.action(KEEP, "up to date")
+            return vm.action(KEEP, UP_TO_DATE)
         if state is DomainState.SHUTOFF:
             if self.policy.drift is DriftMode.CORRECT:
                 return vm.action(START, "shut off; drift: correct starts it")
@@ -239,12 +240,13 @@ class _Planner:
             holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"
             return _block(intent, f"the domain name is held by {holder} on {host}")
         self.load[host] += 1
+        reason = f"new VM {why}"
         if replaces is not None:
-            why = (
-                f"spec changed ({replaces.digest[:8]} -> {digest[:8]}) {why}; "
+            reason = (
+                f"spec changed ({replaces.digest[:8]} -> {digest[:8]}): {reason}; "
                 f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
             )
-        return dataclasses.replace(intent, reason=f"new VM {why}")
+        return dataclasses.replace(intent, reason=reason)
 
     def _unreachable_for(self, proxy: Proxy) -> str | None:
         """The first unreachable host where a VM of ``proxy`` could be: its zone's, or its pin."""
