@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reconciler.core.settings import load_settings, parse_settings
+from reconciler.errors import ConfigError
+from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse(text: str, base: Path = Path("/etc/proxyfleet")) -> DaemonSettings:
+    return parse_settings(text, name="proxyfleet.yaml", base=base)
+
+
+def errors(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    return str(err.value).splitlines()
+
+
+def test_a_config_with_only_the_repo_url_gets_every_default() -> None:
+    settings = parse("repo:\n  url: git@git.example.org:infra/fleet.git\n")
+    assert settings == DaemonSettings(repo=RepoSettings(url="git@git.example.org:infra/fleet.git"))
+    assert settings.listen == ListenSettings("127.0.0.1", 9477)
+    assert settings.status.branch == "proxyfleet-status"
+    assert settings.interval == 300 and settings.jitter == 0.1
+
+
+def test_every_field_is_read_and_relative_paths_follow_the_config_file() -> None:
+    settings = parse(
+        """\
+repo:
+  url: ./fleet
+  branch: prod
+  path: fleets/eu
+  sshKeyFile: git/id_ed25519
+  knownHostsFile: /etc/proxyfleet/git/known_hosts
+  verifyCommits: true
+  allowedSignersFile: allowed_signers
+  fetchTimeoutSeconds: 30
+interval: 60
+jitter: 0.2
+ssh: {keyFile: ssh/key, knownHostsFile: ssh/kh, connectTimeoutSeconds: 5}
+listen: "[::1]:9000"
+webhook: {secretFile: hook.secret}
+status: {enabled: false, branch: status, path: .status, history: 3, pushAttempts: 5}
+log: {level: debug, format: json}
+concurrency: {perHost: 4}
+stateDir: /srv/proxyfleet
+""",
+        base=Path("/opt/pf"),
+    )
+    assert settings.repo.url == "/opt/pf/fleet"
+    assert settings.repo.local_path == Path("/opt/pf/fleet")
+    assert settings.repo.ssh_key_file == Path("/opt/pf/git/id_ed25519")
+    assert settings.repo.allowed_signers_file == Path("/opt/pf/allowed_signers")
+    assert (settings.repo.branch, settings.repo.path, settings.repo.fetch_timeout) == (
+        "prod",
+        "fleets/eu",
+        30.0,
+    )
+    assert settings.ssh.key_file == Path("/opt/pf/ssh/key")
+    assert settings.ssh.connect_timeout == 5.0
+    assert settings.listen == ListenSettings("::1", 9000)
+    assert settings.webhook.secret_file == Path("/opt/pf/hook.secret")
+    assert not settings.status.enabled and settings.status.history == 3
+    assert (settings.log.level, settings.log.format) == ("debug", "json")
+    assert settings.concurrency.per_host == 4
+    assert settings.state_dir == Path("/srv/proxyfleet")
+
+
+def test_remote_urls_are_not_local_paths() -> None:
+    assert RepoSettings(url="git@host:org/fleet.git").local_path is None
+    assert RepoSettings(url="https://host/org/fleet.git").local_path is None
+    assert RepoSettings(url="file:///srv/fleet.git").local_path == Path("/srv/fleet.git")
+
+
+def test_unknown_fields_are_named_with_a_suggestion_and_their_line() -> None:
+    assert errors("repo:\n  url: /srv/fleet\n  branhc: main\n") == [
+        "proxyfleet.yaml:3:3: repo.branhc: unknown field (did you mean 'branch'?); known: "
+        "allowedSignersFile, branch, fetchTimeoutSeconds, knownHostsFile, path, sshKeyFile, "
+        "url, verifyCommits"
+    ]
+
+
+def test_every_problem_is_reported_at_once_with_file_line_and_column() -> None:
+    found = errors(
+        "repo:\n  url: /srv/fleet\ninterval: soon\nlisten: localhost\nlog: {format: xml}\n"
+    )
+    assert found == [
+        "proxyfleet.yaml:3:1: interval: 'soon' is not of type 'number'",
+        "proxyfleet.yaml:4:1: listen: 'localhost' is not host:port (for example 127.0.0.1:9477)",
+        "proxyfleet.yaml:5:7: log.format: 'xml' is not one of ['logfmt', 'json']",
+    ]
+
+
+def test_verify_commits_needs_an_allowed_signers_file() -> None:
+    found = errors("repo:\n  url: /srv/fleet\n  verifyCommits: true\n")
+    assert found == ["proxyfleet.yaml:1:1: repo: missing required field 'allowedSignersFile'"]
+
+
+def test_a_missing_repo_and_bad_yaml_are_errors() -> None:
+    assert errors("interval: 60\n") == ["proxyfleet.yaml:1:1: missing required field 'repo'"]
+    assert errors("repo:\n\turl: x\n")[0].startswith("proxyfleet.yaml:2:")
+    assert errors("- a\n- b\n") == ["proxyfleet.yaml:1:1: the config must be one YAML mapping"]
+
+
+def test_an_unreadable_config_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"missing\.yaml:0:0: cannot read the config"):
+        load_settings(tmp_path / "missing.yaml")
+
+
+def test_the_example_in_the_operations_guide_is_a_valid_config() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = re.search(r"```yaml\n( *repo:\n.*?)\n *```", doc, re.S)
+    assert block, "no config example in docs/operations.md"
+    text = textwrap.dedent(block.group(1))
+    settings = parse(text)
+    assert settings.webhook.secret_file == Path("/etc/proxyfleet/webhook-secret")
