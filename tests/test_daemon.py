@@ -174,3 +174,36 @@ def test_metrics_are_served_and_pass_promtool(settings: DaemonSettings, tmp_path
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_problem(
+    tmp_path: Path,
+) -> None:
+    from reports import report
+
+    from reconciler.adapters.fakesource import FakeSource
+    from reconciler.engine.daemon import ObservedSource, source_cycle
+
+    seen: list[bool] = []
+    fake = FakeSource(tmp_path, revision="a" * 40, error="head aaaa refused by verifyCommits")
+    source = ObservedSource(fake, lambda *, ok: seen.append(ok))
+    calls: list[tuple[Path, str]] = []
+
+    def reconcile(root: Path, revision: str) -> object:
+        calls.append((root, revision))
+        return report(revision=revision)
+
+    cycle = source_cycle(source, reconcile)  # type: ignore[arg-type]
+    stalled = cycle(threading.Event())
+    assert stalled.result == RunResult.STALLED and calls == []
+    assert stalled.revision == "a" * 40
+    stalled_condition = next(c for c in stalled.conditions if c.type == "Stalled")
+    assert (stalled_condition.status, stalled_condition.reason) == (True, "SourceRefused")
+    fake.error, fake.fetch_error = "", "fetching origin failed: timeout"
+    kept = cycle(threading.Event())
+    assert calls == [(tmp_path, "a" * 40)]
+    assert kept.problems[0] == "fetching origin failed: timeout"
+    assert seen == [False, False]
+    fake.fetch_error = ""
+    cycle(threading.Event())
+    assert seen == [False, False, True]

@@ -81,6 +81,8 @@ def source_cycle(
                 str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
             )
         report = reconcile(checkout.root, checkout.revision)
+        # The cycle's duration includes the fetch, not only the engine's part.
+        report = replace(report, started=min(started, report.started))
         if checkout.fetch_error:
             report = replace(report, problems=(checkout.fetch_error, *report.problems))
         return report
