@@ -10,6 +10,7 @@ from reconciler.core.metadata import (
     ELEMENT,
     NAMESPACE,
     PREFIX,
+    owner_element,
     owner_from_domain_xml,
     owner_xml,
     parse_owner,
@@ -52,10 +53,18 @@ DEFAULT_NAMESPACE = NAMESPACED.replace(
 ).replace("</proxyfleet:instance>", "</instance>")
 
 
-def test_owner_xml_declares_our_namespace_on_the_element_itself() -> None:
+def test_owner_xml_for_set_metadata_is_bare_because_libvirt_injects_the_namespace() -> None:
+    # virXMLInjectNamespace fails when the element already declares the prefix.
     element = ET.fromstring(owner_xml(OWNER))
-    assert element.tag == f"{{{NAMESPACE}}}{ELEMENT}"
-    assert f'xmlns:{PREFIX}="{NAMESPACE}"' in owner_xml(OWNER)
+    assert element.tag == ELEMENT
+    assert "xmlns" not in owner_xml(OWNER)
+
+
+def test_the_embedded_element_declares_our_namespace_on_itself() -> None:
+    text = ET.tostring(owner_element(OWNER), encoding="unicode")
+    assert ET.fromstring(text).tag == f"{{{NAMESPACE}}}{ELEMENT}"
+    assert text.startswith(f'<{PREFIX}:{ELEMENT} xmlns:{PREFIX}="{NAMESPACE}">')
+    assert parse_owner(text) == OWNER
 
 
 def test_owner_xml_round_trips_every_field() -> None:

@@ -13,9 +13,11 @@ with this fleet's id (DESIGN.md, Ownership). The element looks like::
       <protect>false</protect>
     </proxyfleet:instance>
 
-It is written with ``virDomainSetMetadata(VIR_DOMAIN_METADATA_ELEMENT,
-owner_xml(owner), PREFIX, NAMESPACE)`` or embedded in the domain XML at
-definition time.
+It is embedded in the domain XML at definition time (``owner_element``), or
+written with ``virDomainSetMetadata(VIR_DOMAIN_METADATA_ELEMENT,
+owner_xml(owner), PREFIX, NAMESPACE)``. The latter takes the *bare* element:
+libvirt injects the namespace itself and fails ("failed to add new XML
+namespace") when the element already declares the prefix.
 
 Reading is lenient on purpose. libvirt 11 hands the element back from
 ``virDomainGetMetadata`` without its namespace declaration (the seed's third
@@ -46,8 +48,8 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 
 
 def owner_xml(owner: Owner) -> str:
-    """The element as a standalone XML string, namespace declared on itself."""
-    return ET.tostring(owner_element(owner), encoding="unicode")
+    """The bare element for ``virDomainSetMetadata`` (with key PREFIX, uri NAMESPACE)."""
+    return ET.tostring(_build(owner, ELEMENT, {}), encoding="unicode")
 
 
 def owner_element(owner: Owner) -> ET.Element:
@@ -55,10 +57,14 @@ def owner_element(owner: Owner) -> ET.Element:
 
     The tag is written with a literal prefix and its own ``xmlns:`` attribute
     rather than as ``{uri}instance``: ElementTree would hoist the declaration to
-    the document root, and libvirt's copy of a lone metadata node must carry
-    its own declaration.
+    the document root, and libvirt keeps only metadata children that carry a
+    namespace of their own.
     """
-    root = ET.Element(f"{PREFIX}:{ELEMENT}", {f"xmlns:{PREFIX}": NAMESPACE})
+    return _build(owner, f"{PREFIX}:{ELEMENT}", {f"xmlns:{PREFIX}": NAMESPACE})
+
+
+def _build(owner: Owner, tag: str, attrib: dict[str, str]) -> ET.Element:
+    root = ET.Element(tag, attrib)
     ET.SubElement(root, "fleet").text = owner.fleet
     ET.SubElement(root, "proxy").text = owner.proxy
     ET.SubElement(root, "digest").text = owner.digest
