@@ -15,7 +15,10 @@ class SshSettings:
     """How the management box reaches its hypervisors."""
 
     key_file: Path = Path("/etc/proxyfleet/ssh/id_ed25519")
-    """Private key; loaded on first use. Missing: transient. Unparsable or group/other-readable: permanent."""
+    """Private key, loaded on first use.
+
+    Missing: transient. Unparsable or readable by group/others: permanent.
+    """
     known_hosts_file: Path = Path("/etc/proxyfleet/ssh/known_hosts")
     """Strictly checked; entries are port-aware (``[host]:2222``)."""
     connect_timeout: float = 10.0
