@@ -1,17 +1,294 @@
-"""``proxyfleet apply``: not built yet."""
+"""``proxyfleet apply``: one reconcile, now, from a checkout on this machine.
+
+Loads the repo, observes the live hosts, shows the plan, asks (unless
+``--yes``), applies it, checks every proxy and prints the result.
+
+Exit codes:
+  0  every planned action succeeded and every proxy passed its health check
+  1  nothing applied: invalid repo or config, a refused or declined
+     confirmation, or the run itself broke
+  3  applied, but an action failed or was skipped, or a proxy is not healthy
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from reconciler.cli.common import (
+    add_host_access_arguments,
+    add_repo_argument,
+    config_error,
+    daemon_settings,
+    host_factory,
+    ssh_settings,
+    state_dir,
+    table,
+)
+from reconciler.cli.logsetup import setup_logging
+from reconciler.cli.plan import plan_json, render_plan
+from reconciler.engine.check import Prober
+from reconciler.engine.executor import ImageSource
+from reconciler.engine.reconcile import Engine, Prepared
+from reconciler.engine.runtime import Runtime
+from reconciler.errors import ConfigError
+from reconciler.model.report import ActionResult, Health, RunReport, RunResult
+from reconciler.model.settings import ApplySettings, DaemonSettings
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_DEGRADED = 3
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("apply", help="(not built yet)")
+    parser = sub.add_parser(
+        "apply",
+        help="one reconcile, now: plan against the live hosts, confirm, apply, check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_repo_argument(parser)
+    add_host_access_arguments(parser, state_dir=True)
+    parser.add_argument("--yes", action="store_true", help="apply without asking")
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as JSON (needs --yes)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("proxyfleet apply: not built yet", file=sys.stderr)
-    return 1
+    if args.json and not args.yes:
+        print("proxyfleet apply: --json needs --yes (there is no one to ask)", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        settings = daemon_settings(args)
+    except ConfigError as exc:
+        return config_error(exc)
+    # Warnings and errors only, unless -v: the plan and the table are the output.
+    setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
+    stop = threading.Event()
+    engine = build_engine(args, settings, runtime=Runtime.interruptible(stop))
+    try:
+        with _stop_on_signals(stop):
+            return apply_with(args, engine)
+    finally:
+        engine.close()
+
+
+def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime: Runtime) -> Engine:
+    """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes."""
+    from reconciler.adapters.download import ImageCache
+    from reconciler.adapters.probe import HttpProber
+
+    cache = state_dir(args, settings.state_dir) / "images"
+    images: ImageSource = ImageCache(cache)
+    prober: Prober = HttpProber()
+    return Engine(
+        host_factory(ssh_settings(args, settings.ssh)),
+        images=images,
+        prober=prober,
+        settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
+        runtime=runtime,
+    )
+
+
+def apply_with(args: argparse.Namespace, engine: Engine) -> int:
+    """The command once its engine exists (tests pass one over fake hosts)."""
+    root: Path = args.repo
+    prepared = engine.prepare(root, revision=repo_revision(root))
+    if isinstance(prepared, RunReport):
+        return _stalled(prepared, as_json=args.json)
+    changes = prepared.plan.has_changes
+    if not args.json:
+        print(render_plan(prepared.plan, color=_use_color()))
+    if changes and not args.yes and not _confirmed(prepared):
+        return EXIT_ERROR
+    report = engine.finish(prepared)
+    if args.json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print()
+        print(render_report(report))
+    return exit_code(report)
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _confirmed(prepared: Prepared) -> bool:
+    if not sys.stdin.isatty():
+        print(
+            "proxyfleet apply: stdin is not a terminal, so nobody can confirm; "
+            "pass --yes to apply without asking. Nothing was applied.",
+            file=sys.stderr,
+        )
+        return False
+    count = sum(1 for a in prepared.plan.actions if a.kind.value in _MUTATING)
+    print(f"\nApply these {count} change(s) to the hosts? Only 'yes' is accepted.")
+    try:
+        answer = input("  Enter a value: ").strip()
+    except EOFError:
+        answer = ""
+    if answer != "yes":
+        print("Apply cancelled; nothing was applied.", file=sys.stderr)
+        return False
+    return True
+
+
+_MUTATING = frozenset({"create", "start", "replace", "delete"})
+
+
+def exit_code(report: RunReport) -> int:
+    """0 all applied and healthy; 1 stalled or broken; 3 applied with failures or unhealthy."""
+    if report.result in (RunResult.STALLED, RunResult.FAILED):
+        return EXIT_ERROR
+    if any(o.result is not ActionResult.SUCCEEDED for o in report.outcomes):
+        return EXIT_DEGRADED
+    if any(p.health is not Health.HEALTHY for p in report.proxies):
+        return EXIT_DEGRADED
+    return EXIT_OK
+
+
+def render_report(report: RunReport) -> str:
+    """What was done and where every proxy stands, for people."""
+    lines = []
+    for outcome in report.outcomes:
+        action = outcome.action
+        what = f"{action.kind.value} {action.domain or action.proxy} on {action.host}"
+        if outcome.result is ActionResult.SUCCEEDED:
+            tries = f" after {outcome.attempts} attempts" if outcome.attempts > 1 else ""
+            lines.append(f"  ok      {what} ({outcome.duration_seconds:.1f} s{tries})")
+        else:
+            lines.append(f"  {outcome.result.value:<7} {what}: {outcome.error}")
+    rows = [
+        (p.name, p.host or "-", p.domain or "-", p.state, p.ip or "-", p.health.value, p.detail)
+        for p in report.proxies
+    ]
+    headers = ("PROXY", "HOST", "DOMAIN", "STATE", "IP", "HEALTH", "DETAIL")
+    counts = {r: sum(1 for o in report.outcomes if o.result is r) for r in ActionResult}
+    healthy = sum(1 for p in report.proxies if p.health is Health.HEALTHY)
+    summary = (
+        f"Apply {report.result.value}: {counts[ActionResult.SUCCEEDED]} succeeded, "
+        f"{counts[ActionResult.FAILED]} failed, {counts[ActionResult.SKIPPED]} skipped; "
+        f"{healthy}/{len(report.proxies)} proxies healthy."
+    )
+    unreachable = [f"{h.name} ({h.error})" for h in report.hosts if not h.reachable]
+    parts = ["\n".join(lines)] if lines else []
+    parts.append(table(headers, rows) if rows else "No proxies.")
+    if unreachable:
+        parts.append("Unreachable hosts: " + ", ".join(unreachable))
+    parts.append(summary)
+    return "\n\n".join(parts)
+
+
+def report_json(report: RunReport) -> dict[str, Any]:
+    """The run as JSON: result, revision, plan (``plan --json`` form), outcomes, proxies, hosts."""
+    return {
+        "result": report.result.value,
+        "revision": report.revision,
+        "started": report.started.isoformat(),
+        "finished": report.finished.isoformat(),
+        "problems": list(report.problems),
+        "plan": plan_json(report.plan) if report.plan is not None else None,
+        "outcomes": [
+            {
+                "action": o.action.kind.value,
+                "proxy": o.action.proxy,
+                "host": o.action.host,
+                "domain": o.action.domain,
+                "result": o.result.value,
+                "error": o.error or None,
+                "attempts": o.attempts,
+                "durationSeconds": round(o.duration_seconds, 3),
+            }
+            for o in report.outcomes
+        ],
+        "proxies": [
+            {
+                "name": p.name,
+                "zone": p.zone,
+                "host": p.host,
+                "domain": p.domain,
+                "state": p.state,
+                "ip": p.ip,
+                "health": p.health.value,
+                "detail": p.detail,
+            }
+            for p in report.proxies
+        ],
+        "hosts": [
+            {"name": h.name, "reachable": h.reachable, "error": h.error or None}
+            for h in report.hosts
+        ],
+        "conditions": [
+            {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+            for c in report.conditions
+        ],
+        "exitCode": exit_code(report),
+    }
+
+
+def _stalled(report: RunReport, *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print("The fleet repo is invalid; nothing was planned or applied:", file=sys.stderr)
+        for problem in report.problems:
+            print(f"  {problem}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def repo_revision(root: Path) -> str:
+    """The commit checked out at ``root`` ("+dirty" when it has local changes), or ""."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{head}+dirty" if dirty else head
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """First SIGINT/SIGTERM: finish what runs, start nothing new. A second SIGINT aborts."""
+
+    def first(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print(
+            "\nStopping: actions in flight finish, nothing new starts (again to abort).",
+            file=sys.stderr,
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, first) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
