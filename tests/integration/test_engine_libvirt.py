@@ -1,0 +1,174 @@
+"""Reconcile cycles through sshd against a real libvirtd: create, quiet, replace, delete.
+
+The guests boot a blank disk, so they never get an IP: that is the point of
+the replace case (an unhealthy replacement must leave the old VM in place).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostservices import BlankImage
+
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.engine.reconcile import Engine
+from reconciler.engine.runtime import Runtime
+from reconciler.model import Host, Image
+from reconciler.model.report import ActionResult, RunResult
+from reconciler.model.settings import ApplySettings, SshSettings
+
+MUTATING_RPCS = (
+    "virDomainCreate",
+    "virDomainDefine",
+    "virDomainDestroy",
+    "virDomainUndefine",
+    "virDomainSetMetadata",
+    "virStorageVolCreate",
+    "virStorageVolUpload",
+    "virStorageVolDelete",
+    "virStorageVolWipe",
+)
+
+
+class LocalImage:
+    """The image cache, served from the blank test image (no network in tests)."""
+
+    def __init__(self, blank: BlankImage) -> None:
+        self.blank = blank
+
+    def fetch(self, image: Image) -> BlankImage:
+        return self.blank
+
+
+class NoProxy:
+    def probe(self, ip: str, health: Any) -> Any:
+        raise AssertionError("blank guests never get an IP, so nothing is probed")
+
+
+def fleet_yaml(host: Host, blank: BlankImage) -> str:
+    return f"""\
+apiVersion: proxyfleet/v1
+kind: Fleet
+metadata:
+  name: eng
+spec:
+  images:
+    blank:
+      url: https://images.invalid/blank.qcow2
+      sha256: {blank.sha256}
+  machineTypes:
+    tiny: {{vcpus: 1, memoryMiB: 128, diskGiB: 1}}
+  hosts:
+    - name: {host.name}
+      address: {host.address}
+      port: {host.port}
+      zone: {host.zone}
+      pool: {host.pool}
+      network: {{network: {host.network.name}}}
+      domainType: qemu
+      cpuMode: none
+  policy: {{prune: true}}
+"""
+
+
+def proxy_yaml(name: str, hostname: str) -> str:
+    return f"""\
+---
+apiVersion: proxyfleet/v1
+kind: Proxy
+metadata:
+  name: {name}
+spec:
+  placement: {{zone: z1, image: blank, machineType: tiny}}
+  installGuestAgent: false
+  cloudInit:
+    userData: |
+      #cloud-config
+      hostname: {hostname}
+"""
+
+
+@pytest.fixture
+def engine(settings: SshSettings, blank_image: BlankImage) -> Iterator[tuple[Engine, list[str]]]:
+    rpcs: list[str] = []
+    lock = threading.Lock()
+
+    def observer(rpc: str, host: str, seconds: float, ok: bool) -> None:
+        with lock:
+            rpcs.append(rpc)
+
+    def factory(host: Host) -> LibvirtHost:
+        return LibvirtHost(host, settings, observer=observer)
+
+    built = (
+        Engine(
+            factory,
+            images=LocalImage(blank_image),
+            prober=NoProxy(),
+            settings=ApplySettings(replace_timeout=6, ip_wait_timeout=2, poll_interval=2),
+            runtime=Runtime(),
+        ),
+        rpcs,
+    )
+    yield built
+    built[0].close()
+
+
+def owned(local_conn: Any) -> dict[str, bool]:
+    return {
+        d.name(): bool(d.isActive())
+        for d in local_conn.listAllDomains(0)
+        if d.name().startswith("pf-eng-")
+    }
+
+
+def test_cycles_create_then_idle_then_keep_the_old_vm_when_the_replacement_is_unhealthy_then_delete(
+    engine: tuple[Engine, list[str]],
+    host: Host,
+    blank_image: BlankImage,
+    local_conn: Any,
+    tmp_path: Path,
+    cleanup_domains: list[str],
+) -> None:
+    eng, rpcs = engine
+    (tmp_path / "fleet.yaml").write_text(fleet_yaml(host, blank_image))
+    manifests = tmp_path / "proxies.yaml"
+    manifests.write_text(proxy_yaml("web-1", "one"))
+
+    first = eng.reconcile_once(tmp_path, revision="r1")
+    cleanup_domains.extend(o.action.domain or "" for o in first.outcomes)
+    assert [o.result for o in first.outcomes] == [ActionResult.SUCCEEDED]
+    (created,) = [o.action.domain for o in first.outcomes]
+    assert owned(local_conn) == {created: True}
+    (web1,) = first.proxies
+    assert (web1.state, web1.ip) == ("running", "")
+
+    rpcs.clear()
+    second = eng.reconcile_once(tmp_path, revision="r1")
+    assert second.outcomes == ()
+    assert [r for r in rpcs if r.startswith(MUTATING_RPCS)] == []
+    print(f"idle cycle RPCs: {sorted(set(rpcs))}")
+
+    manifests.write_text(proxy_yaml("web-1", "changed"))
+    third = eng.reconcile_once(tmp_path, revision="r2")
+    (replace,) = third.outcomes
+    cleanup_domains.append(replace.action.domain or "")
+    assert replace.result is ActionResult.FAILED
+    assert f"old VM {created} on {host.name} kept" in replace.error
+    assert owned(local_conn)[created] is True
+    assert third.result is RunResult.PARTIAL
+
+    manifests.write_text("")
+    (tmp_path / "other.yaml").write_text(proxy_yaml("web-2", "two"))
+    fourth = eng.reconcile_once(tmp_path, revision="r3")
+    cleanup_domains.extend(o.action.domain or "" for o in fourth.outcomes)
+    kinds = sorted((o.action.kind.value, o.result.value) for o in fourth.outcomes)
+    assert ("create", "succeeded") in kinds
+    assert all(r == "succeeded" for _, r in kinds), fourth.outcomes
+    left = owned(local_conn)
+    assert created not in left
+    assert [d for d in left if "-web-1-" in d] == []
