@@ -257,3 +257,10 @@ def test_volume_xml_validates_against_libvirts_schema(tmp_path: Path) -> None:
         _validate(
             tmp_path, plain_volume_xml(f"v.{fmt}", capacity_bytes=2048, fmt=fmt), "storagevol"
         )
+
+
+def test_an_image_without_firmware_boots_uefi() -> None:
+    # Debian 13 hangs in GRUB under SeaBIOS with a serial console and no video
+    # device; the seed made UEFI the default for that reason.
+    spec = replace(make_spec(), image=Image(key="d", url="https://example.org/d.qcow2"))
+    assert parse(spec).find("os").get("firmware") == "efi"  # type: ignore[union-attr]

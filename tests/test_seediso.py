@@ -228,3 +228,17 @@ def test_the_audit_hook_would_see_a_file_open(
 ) -> None:
     (tmp_path / "x").write_bytes(b"")
     assert any(event == "open" for event, *_ in file_opens)
+
+
+def test_cloud_init_content_never_reaches_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    canary = "CANARY-7f3a9c-never-logged"
+    spec = make_spec(
+        user_data=f"#cloud-config\n# {canary}\n",
+        vendor=f"#!/bin/sh\necho {canary}\n",
+        network=f"# {canary}\nversion: 2\n",
+    )
+    with caplog.at_level(1):
+        seed_iso(spec)
+        repr(spec)
+    assert canary not in repr(spec)
+    assert all(canary not in record.getMessage() for record in caplog.records)
