@@ -265,3 +265,19 @@ def test_a_vm_without_an_ip_after_the_wait_is_reported_without_one(fleet: Fleet)
     assert (web1.state, web1.ip, web1.health) == ("running", "", Health.UNKNOWN)
     assert "no IP address yet" in web1.detail
     assert fleet.time.elapsed <= 20
+
+
+def test_a_stop_request_during_a_cycle_skips_the_rest_and_probes_nothing(fleet: Fleet) -> None:
+    fleet.engine.settings = ApplySettings(per_host_concurrency=1, observe_timeout=2.0)
+    fleet.hosts["kvm01"].on_call = lambda method, target: (
+        fleet.stop.set() if method == "create" else None
+    )
+
+    report = fleet.cycle()
+
+    results = sorted(o.result.value for o in report.outcomes)
+    assert results.count("skipped") >= 1
+    assert fleet.engine.prober.calls == []  # type: ignore[attr-defined]
+    assert all("not checked: shutdown requested" in p.detail for p in report.proxies)
+    assert report.result is RunResult.PARTIAL
+    assert condition(report, "Ready")[1] == "Interrupted"

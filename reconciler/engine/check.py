@@ -133,6 +133,8 @@ def check_proxies(
     """
     results = {o.action: o for o in outcomes}
     targets = _targets(repo, plan, inventory, results)
+    if runtime.stop.is_set():  # shutting down: report what is known, probe nothing
+        return tuple(_unchecked(t.status) for t in targets)
     with ThreadPoolExecutor(max(1, settings.check_concurrency), "check") as pool:
         futures = [
             pool.submit(_check_target, repo, t, hosts, prober, settings, runtime) for t in targets
@@ -172,6 +174,11 @@ def _targets(
             target = _Target(replace(target.status, zone=zone), target.fresh)
         targets.append(target)
     return targets
+
+
+def _unchecked(status: ProxyStatus) -> ProxyStatus:
+    note = "not checked: shutdown requested"
+    return replace(status, detail="; ".join(d for d in (status.detail, note) if d))
 
 
 def _may_hide(proxy: Proxy, repo: Repo, inventory: Inventory) -> bool:
