@@ -14,10 +14,12 @@ after a drop. Failures are classified here, once:
 - Authentication refused: PermanentError.
 
 The remote libvirt socket is reached with an OpenSSH
-``direct-streamlocal@openssh.com`` channel. A server that refuses it
-(``AllowStreamLocalForwarding no``: "administratively prohibited") gets an
+``direct-streamlocal@openssh.com`` channel. A server that refuses it gets an
 exec of ``virt-ssh-helper qemu:///system`` instead; the choice is remembered
-for the connection. Nothing runs on the hypervisor but sshd and libvirt.
+for the connection. OpenSSH refuses with "Connect failed" whether forwarding
+is off (``AllowStreamLocalForwarding no``, and also ``AllowTcpForwarding no``,
+which empties its permitted-open list) or the socket is missing, so any
+refusal tries the helper. Nothing runs on the hypervisor but sshd and libvirt.
 
 ``SocketBridge`` exposes such channels as a local unix socket in a private
 0700 directory that libvirt-python opens as ``qemu+unix:///system?socket=...``.
@@ -50,7 +52,6 @@ log = logging.getLogger("reconciler.ssh")
 
 STREAMLOCAL = "direct-streamlocal@openssh.com"
 SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
-_OPEN_ADMINISTRATIVELY_PROHIBITED = 1
 _RSA_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256")
 _CHUNK = 256 * 1024
 
@@ -253,15 +254,14 @@ class SshConnection:
             try:
                 return open_streamlocal(transport, self._host.socket, timeout=timeout)
             except paramiko.ChannelException as exc:
-                if exc.code != _OPEN_ADMINISTRATIVELY_PROHIBITED:
-                    raise TransientError(
-                        f"sshd on {self.name} cannot open libvirt socket {self._host.socket}: "
-                        f"{exc.text}",
-                        host=self._host.name,
-                    ) from exc
+                # OpenSSH answers "Connect failed" both when forwarding is off
+                # (AllowStreamLocalForwarding no, or AllowTcpForwarding no)
+                # and when the socket is missing, so any refusal tries the helper.
                 log.info(
-                    "sshd on %s refuses unix socket forwarding; using %s",
+                    "sshd on %s refused forwarding to %s (%s); using %s",
                     self.name,
+                    self._host.socket,
+                    exc.text,
                     SSH_HELPER_COMMAND,
                 )
                 self._streamlocal_refused = True

@@ -1,0 +1,315 @@
+"""``LibvirtHost``: the Hypervisor seam over SSH and libvirt-python.
+
+What lands on a host, per proxy VM (DESIGN.md): domain ``pf-<fleet>-<proxy>-<d8>``
+with the ownership element in its ``<metadata>``, overlay ``<domain>.qcow2`` on
+``base-<key>.<format>``, seed ``<domain>-seed.iso``, and the NVRAM file that
+libvirt manages for UEFI guests. Disks are referenced by host path
+(``virStorageVolGetPath``), never by pool/volume, so AppArmor-confined QEMU
+gets rules for them.
+
+Costs are libvirt calls over the SSH link; every one is traced at DEBUG on
+``reconciler.libvirt`` (see libvirtrpc). Cloud-init content only ever travels
+inside the seed ISO upload body, which is never logged.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
+from reconciler.adapters.hostcheck import HostReport, check_host
+from reconciler.adapters.libvirtrpc import LibvirtSession, RpcObserver
+from reconciler.core.domainxml import domain_xml, overlay_volume_xml
+from reconciler.core.metadata import owner_from_domain_xml
+from reconciler.core.seediso import seed_iso
+from reconciler.errors import NotFoundError, PermanentError, TransientError
+from reconciler.model import Domain, DomainState, Host, HostInventory, Image
+from reconciler.model.settings import SshSettings
+from reconciler.model.vm import VmSpec
+
+log = logging.getLogger("reconciler.host")
+
+STATES = {
+    libvirt.VIR_DOMAIN_RUNNING: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_BLOCKED: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_PAUSED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
+    libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
+}
+UNDEFINE_FLAGS = (
+    libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+    | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
+)
+REFUSED_FLAG_CODES = frozenset(
+    {libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED}
+)
+AGENT_CODES = frozenset({libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED})
+"""Transient for the agent, not for the host: the next address source is asked."""
+ADDRESS_SOURCES = (
+    ("agent", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT),
+    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
+    ("lease", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE),
+)
+
+
+class LibvirtHost:
+    """One hypervisor from fleet.yaml, reached over SSH. Safe to share between threads."""
+
+    def __init__(
+        self,
+        host: Host,
+        settings: SshSettings,
+        *,
+        observer: RpcObserver | None = None,
+        opener: FileOpener | None = None,
+    ) -> None:
+        self._host = host
+        self._session = LibvirtSession(host, settings, observer=observer)
+        self._images = BaseImages(self._session, opener=opener)
+
+    @property
+    def name(self) -> str:
+        return self._host.name
+
+    @property
+    def session(self) -> LibvirtSession:
+        return self._session
+
+    def observe(self) -> HostInventory:
+        """1 RPC for every domain with its state, then one XMLDesc per domain."""
+        stats = self._session.call(
+            "virConnectGetAllDomainStats",
+            lambda c: c.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0),
+        )
+        domains = []
+        for dom, values in stats:
+            name = dom.name()
+            state = STATES.get(values.get("state.state", -1), DomainState.OTHER)
+            try:
+                xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=name)
+            except NotFoundError:
+                log.debug("host %s: domain %s vanished while listing", self.name, name)
+                continue
+            except PermanentError as exc:
+                # Listed as foreign so its name stays taken and nothing touches it.
+                log.warning(
+                    "host %s: cannot read domain %s, treating it as foreign: %s",
+                    self.name,
+                    name,
+                    exc,
+                )
+                domains.append(Domain(name=name, state=state, owner=None))
+                continue
+            owner = owner_from_domain_xml(xml)
+            self._session.trace("virDomainGetXMLDesc", "owner", repr(owner), domain=name)
+            domains.append(Domain(name=name, state=state, owner=owner))
+        domains.sort(key=lambda d: d.name)
+        return HostInventory(name=self.name, reachable=True, domains=tuple(domains))
+
+    def ensure_image(self, image: Image, local_file: Path) -> None:
+        self._images.ensure(image, local_file)
+
+    def create(self, spec: VmSpec) -> None:
+        """Idempotent: an existing domain is only started; overlay reused, seed rebuilt."""
+        existing = self._lookup(spec.domain)
+        if existing is not None:
+            self._start(existing, spec.domain)
+            return
+        images = self._images
+        pool = images.pool()
+        base, _ = images.verified(pool, spec.image, expected=spec.image.sha256)
+        base_path = images.path(base, spec.base_name)
+        overlay = images.volume(pool, spec.overlay_name)
+        if overlay is None:
+            xml = overlay_volume_xml(
+                spec.overlay_name,
+                capacity_gib=spec.machine_type.disk_gib,
+                base_path=base_path,
+                base_format=spec.image.format.value,
+            )
+            self._session.trace(
+                "virStorageVolCreateXML", "volume XML", xml, volume=spec.overlay_name
+            )
+            overlay = self._session.call(
+                "virStorageVolCreateXML",
+                lambda _c: pool.createXML(xml, 0),
+                volume=spec.overlay_name,
+            )
+        seed = images.write(pool, spec.seed_name, seed_iso(spec))
+        xml = domain_xml(
+            spec,
+            disk_path=images.path(overlay, spec.overlay_name),
+            seed_path=images.path(seed, spec.seed_name),
+        )
+        self._session.trace("virDomainDefineXML", "domain XML", xml, domain=spec.domain)
+        dom = self._session.call(
+            "virDomainDefineXML", lambda c: c.defineXML(xml), domain=spec.domain
+        )
+        self._start(dom, spec.domain)
+
+    def start(self, domain: str) -> None:
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        self._start(dom, domain)
+
+    def delete(self, domain: str) -> None:
+        """Destroy, undefine (NVRAM, managed save), remove overlay and seed. Gone already: fine.
+
+        Refuses a domain without proxyfleet metadata: foreign domains are never touched.
+        """
+        dom = self._lookup(domain)
+        if dom is not None:
+            self._remove_domain(dom, domain)
+        pool = self._images.pool()
+        for volume in (f"{domain}.qcow2", f"{domain}-seed.iso"):
+            if self._images.delete_volume(pool, volume):
+                log.info("host %s: deleted volume %s", self.name, volume)
+
+    def addresses(self, domain: str) -> tuple[str, ...]:
+        """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        if not self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+            return ()
+        for source, flag in ADDRESS_SOURCES:
+            try:
+                found = self._session.call(
+                    "virDomainInterfaceAddresses",
+                    _interface_addresses(dom, flag),
+                    domain=domain,
+                    source=source,
+                )
+            except (PermanentError, TransientError) as exc:
+                if isinstance(exc, TransientError) and exc.code not in AGENT_CODES:
+                    raise
+                log.debug(
+                    "host %s: %s addresses of %s unavailable: %s", self.name, source, domain, exc
+                )
+                continue
+            ips = usable_ipv4(found)
+            self._session.trace(
+                "virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain
+            )
+            if ips:
+                return ips
+        return ()
+
+    def host_check(self, *, need_uefi: bool = True) -> HostReport:
+        """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError."""
+        return check_host(self._session, self._images, need_uefi=need_uefi)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _lookup(self, domain: str) -> Any | None:
+        try:
+            return self._session.call(
+                "virDomainLookupByName", lambda c: c.lookupByName(domain), domain=domain
+            )
+        except NotFoundError:
+            return None
+
+    def _start(self, dom: Any, domain: str) -> None:
+        if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+            return
+        self._session.call("virDomainCreate", lambda _c: dom.create(), domain=domain)
+        log.info("host %s: started domain %s", self.name, domain)
+
+    def _remove_domain(self, dom: Any, domain: str) -> None:
+        try:
+            xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=domain)
+            if owner_from_domain_xml(xml) is None:
+                raise PermanentError(
+                    f"refusing to delete domain {domain}: it carries no proxyfleet metadata",
+                    host=self.name,
+                )
+            if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+                self._tolerate_gone(
+                    lambda: self._session.call(
+                        "virDomainDestroy", lambda _c: dom.destroy(), domain=domain
+                    )
+                )
+            self._undefine(dom, domain)
+        except NotFoundError:
+            log.debug("host %s: domain %s vanished while deleting", self.name, domain)
+            return
+        log.info("host %s: deleted domain %s", self.name, domain)
+
+    def _undefine(self, dom: Any, domain: str) -> None:
+        """With NVRAM removal; drivers that refuse the flag get the plainer forms."""
+        attempts = (UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM, UNDEFINE_FLAGS, 0)
+        for flags in attempts:
+            try:
+                self._session.call(
+                    "virDomainUndefineFlags",
+                    _undefine_flags(dom, flags),
+                    domain=domain,
+                    flags=flags,
+                )
+                return
+            except PermanentError as exc:
+                if exc.code not in REFUSED_FLAG_CODES or flags == 0:
+                    raise
+                log.info(
+                    "host %s: undefine flags %#x refused (%s); trying fewer",
+                    self.name,
+                    flags,
+                    exc.code_name,
+                )
+
+    def _tolerate_gone(self, action: Any) -> None:
+        """Destroying a domain that stopped meanwhile is fine."""
+        try:
+            action()
+        except PermanentError as exc:
+            if exc.code != libvirt.VIR_ERR_OPERATION_INVALID:
+                raise
+
+
+def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:
+    def call(_conn: Any) -> dict[str, Any]:
+        found: dict[str, Any] = dom.interfaceAddresses(source, 0) or {}
+        return found
+
+    return call
+
+
+def _undefine_flags(dom: Any, flags: int) -> Callable[[Any], None]:
+    def call(_conn: Any) -> None:
+        dom.undefineFlags(flags)
+
+    return call
+
+
+def usable_ipv4(found: dict[str, Any]) -> tuple[str, ...]:
+    """IPv4 addresses of non-loopback interfaces; loopback and link-local dropped."""
+    ips: list[str] = []
+    for ifname, info in sorted(found.items()):
+        if ifname == "lo":
+            continue
+        for entry in info.get("addrs") or ():
+            if entry.get("type") != libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(entry.get("addr", ""))
+            except ValueError:
+                continue
+            if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+                continue
+            if str(ip) not in ips:
+                ips.append(str(ip))
+    return tuple(ips)

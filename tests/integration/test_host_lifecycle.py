@@ -1,0 +1,210 @@
+"""Create, observe, start and delete VMs through sshd against a real libvirtd."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+from hostservices import BlankImage
+
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.errors import NotFoundError, PermanentError
+from reconciler.model import DomainState
+from reconciler.model.vm import VmSpec
+
+NVRAM_DIR = Path("/var/lib/libvirt/qemu/nvram")
+
+
+def volume_names(local_conn: Any, pool: str) -> set[str]:
+    handle = local_conn.storagePoolLookupByName(pool)
+    handle.refresh(0)
+    return {v.name() for v in handle.listAllVolumes(0)}
+
+
+def domain_names(local_conn: Any) -> set[str]:
+    return {d.name() for d in local_conn.listAllDomains(0)}
+
+
+def test_created_vm_runs_is_observed_as_owned_and_delete_leaves_nothing_behind(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    pool: tuple[str, Path],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-1", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+
+    adapter.create(spec)
+
+    seen = {d.name: d for d in adapter.observe().domains}
+    assert seen[spec.domain].state is DomainState.RUNNING
+    assert seen[spec.domain].owner == spec.owner
+    dom = local_conn.lookupByName(spec.domain)
+    root = ET.fromstring(dom.XMLDesc(0))
+    disks = root.findall("devices/disk")
+    assert [d.get("type") for d in disks] == ["file", "file"]
+    directory = pool[1]
+    assert [d.find("source").get("file") for d in disks] == [
+        str(directory / spec.overlay_name),
+        str(directory / spec.seed_name),
+    ]
+    nvram = NVRAM_DIR / f"{spec.domain}_VARS.fd"
+    assert nvram.exists(), "a UEFI guest gets an NVRAM file from libvirt"
+    assert {spec.overlay_name, spec.seed_name} <= volume_names(local_conn, pool[0])
+
+    adapter.delete(spec.domain)
+
+    assert spec.domain not in domain_names(local_conn)
+    assert not {spec.overlay_name, spec.seed_name} & volume_names(local_conn, pool[0])
+    assert not nvram.exists()
+    assert spec.domain not in {d.name for d in adapter.observe().domains}
+
+
+def test_creating_twice_keeps_one_domain_and_the_overlay_and_restarts_a_stopped_one(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    pool: tuple[str, Path],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-2", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    overlay = pool[1] / spec.overlay_name
+    inode = overlay.stat().st_ino
+
+    adapter.create(spec)
+    local_conn.lookupByName(spec.domain).destroy()
+    adapter.create(spec)
+
+    matching = [n for n in domain_names(local_conn) if n == spec.domain]
+    assert matching == [spec.domain]
+    assert local_conn.lookupByName(spec.domain).isActive()
+    assert overlay.stat().st_ino == inode
+    adapter.delete(spec.domain)
+
+
+def test_a_domain_defined_but_never_started_gets_started_by_create(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-3", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    local_conn.lookupByName(spec.domain).destroy()
+    assert {d.name: d.state for d in adapter.observe().domains}[spec.domain] is DomainState.SHUTOFF
+
+    adapter.start(spec.domain)
+
+    assert {d.name: d.state for d in adapter.observe().domains}[spec.domain] is DomainState.RUNNING
+    adapter.delete(spec.domain)
+
+
+def test_a_foreign_domain_is_listed_without_owner_and_survives_delete_and_creates(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    network: str,
+    cleanup_domains: list[str],
+) -> None:
+    foreign = "pf-it-foreign-00000000"
+    cleanup_domains.append(foreign)
+    xml = ET.Element("domain", {"type": "qemu"})
+    ET.SubElement(xml, "name").text = foreign
+    ET.SubElement(xml, "memory", {"unit": "MiB"}).text = "64"
+    os_el = ET.SubElement(xml, "os")
+    ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": "q35"}).text = "hvm"
+    local_conn.defineXML(ET.tostring(xml, encoding="unicode"))
+    spec = make_spec("web-4", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+
+    adapter.create(spec)
+    with pytest.raises(PermanentError, match="no proxyfleet metadata"):
+        adapter.delete(foreign)
+    adapter.delete(spec.domain)
+
+    seen = {d.name: d for d in adapter.observe().domains}
+    assert seen[foreign].owner is None
+    assert seen[foreign].state is DomainState.SHUTOFF
+    assert foreign in domain_names(local_conn)
+
+
+def test_deleting_what_is_already_gone_succeeds_and_starting_it_is_not_found(
+    adapter: LibvirtHost,
+) -> None:
+    adapter.delete("pf-it-never-existed-12345678")
+    with pytest.raises(NotFoundError):
+        adapter.start("pf-it-never-existed-12345678")
+    with pytest.raises(NotFoundError):
+        adapter.addresses("pf-it-never-existed-12345678")
+
+
+def test_delete_finishes_a_half_deleted_vm_whose_domain_is_already_undefined(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    pool: tuple[str, Path],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-5", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    dom = local_conn.lookupByName(spec.domain)
+    dom.destroy()
+    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+
+    adapter.delete(spec.domain)
+
+    assert not {spec.overlay_name, spec.seed_name} & volume_names(local_conn, pool[0])
+
+
+def test_a_running_vm_without_guest_agent_or_lease_has_no_addresses_yet(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-6", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+
+    assert adapter.addresses(spec.domain) == ()
+    adapter.delete(spec.domain)
+
+
+def test_host_check_reports_versions_pool_network_firmware_and_capacity(
+    adapter: LibvirtHost,
+) -> None:
+    report = adapter.host_check()
+
+    assert report.ok, report.items
+    assert [i.name for i in report.items] == [
+        "ssh",
+        "libvirt",
+        "pool",
+        "network",
+        "firmware",
+        "capacity",
+    ]
+    assert report.libvirt_version.startswith(str(libvirt.getVersion() // 1_000_000))
+    assert report.cpus >= 1
+    assert report.memory_mib > 0
+    assert "streamlocal" in report.items[0].detail
