@@ -1,0 +1,276 @@
+"""``python -m lab up|down|status|image|daemon``: the lab's command line.
+
+up [--hosts N]        bring up N namespaced hypervisors (default 2) and the image server
+down [--keep-state]   remove every namespace, process, mount, link and route of the lab
+status                show what of the lab exists
+image [--force]       build the guest image unless the cache holds it for this recipe
+daemon ACTION NAME --host N   stop/start/restart sshd or libvirtd on one host (tests use it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab import config, hosts, imagebuild
+from lab.config import HostLayout
+
+
+def _log(text: str) -> None:
+    print(text, flush=True)
+
+
+# --- image server --------------------------------------------------------------------------
+
+
+def image_server_pid() -> int | None:
+    try:
+        pid = int(config.IMAGE_SERVER_PID.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"lab.servers\0images" in cmdline else None
+
+
+def ensure_image_server() -> int:
+    pid = image_server_pid()
+    if pid is not None:
+        return pid
+    config.IMAGES_DIR.mkdir(parents=True, exist_ok=True)
+    with open(config.STATE / "image-server.log", "ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lab.servers",
+                "images",
+                "--root",
+                str(config.IMAGES_DIR),
+                "--port",
+                str(config.IMAGE_PORT),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=hosts.REPO,
+            env={**hosts.DAEMON_ENV, "PYTHONPATH": str(hosts.REPO)},
+        )
+    config.IMAGE_SERVER_PID.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 10
+    while not hosts.tcp_open("127.0.0.1", config.IMAGE_PORT):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise hosts.LabError(f"image server failed, see {config.STATE}/image-server.log")
+        time.sleep(0.1)
+    return proc.pid
+
+
+def stop_image_server() -> None:
+    pid = image_server_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+    config.IMAGE_SERVER_PID.unlink(missing_ok=True)
+
+
+def image_url(image: imagebuild.Image) -> str:
+    return f"http://127.0.0.1:{config.IMAGE_PORT}/{image.path.name}"
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+
+def write_outputs(layouts: list[HostLayout]) -> None:
+    """hosts.yaml (a ``spec.hosts`` snippet), images.yaml and lab.json for tests and demo."""
+    lines = ["# spec.hosts for fleet.yaml, written by `python -m lab up`", "hosts:"]
+    for h in layouts:
+        lines += [
+            f"  - name: {h.name}",
+            f"    address: {h.address}",
+            "    port: 22",
+            "    user: root",
+            f"    zone: {h.zone}",
+            "    pool: default",
+            "    network: {bridge: br0}",
+            "    domainType: qemu",
+            "    cpuMode: none",
+        ]
+    config.HOSTS_YAML.write_text("\n".join(lines) + "\n")
+    image = imagebuild.cached(config.IMAGES_DIR)
+    if image is not None:
+        config.IMAGES_YAML.write_text(
+            "# spec.images for fleet.yaml: one image file, booted by either firmware\n"
+            "images:\n"
+            + "".join(
+                f"  {key}:\n    url: {image_url(image)}\n    sha256: {image.sha256}\n"
+                f"    format: qcow2\n    firmware: {fw}\n"
+                for key, fw in (("debian12", "uefi"), ("debian12-bios", "bios"))
+            )
+        )
+    lab = {
+        "hosts": [
+            {
+                "name": h.name,
+                "address": h.address,
+                "port": 22,
+                "user": "root",
+                "zone": h.zone,
+                "bridge": "br0",
+                "guestSubnet": h.guest_subnet,
+                "netns": h.netns,
+            }
+            for h in layouts
+        ],
+        "sshKey": str(config.KEY_FILE),
+        "knownHosts": str(config.KNOWN_HOSTS),
+        "probeUrl": config.PROBE_URL,
+        "imageServer": f"http://127.0.0.1:{config.IMAGE_PORT}/",
+        "image": None
+        if image is None
+        else {"url": image_url(image), "sha256": image.sha256, "path": str(image.path)},
+    }
+    config.LAB_JSON.write_text(json.dumps(lab, indent=2) + "\n")
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def up(count: int) -> list[HostLayout]:
+    if not 1 <= count <= config.MAX_HOSTS:
+        raise hosts.LabError(f"--hosts must be 1..{config.MAX_HOSTS}")
+    wanted = [HostLayout(n) for n in range(1, count + 1)]
+    for extra in hosts.existing_hosts():
+        if extra.n > count:
+            _log(f"{extra.name}: beyond --hosts {count}, removing")
+            hosts.down_host(extra)
+    hosts.ensure_keys(wanted)
+    for h in wanted:
+        started = time.monotonic()
+        hosts.up_host(h)
+        _log(
+            f"{h.name}: up at {h.address} ({h.zone}), guests on br0 {h.guest_subnet} "
+            f"[{time.monotonic() - started:.1f}s]"
+        )
+    hosts.write_known_hosts(wanted)
+    ensure_image_server()
+    write_outputs(wanted)
+    _log(f"image server: http://127.0.0.1:{config.IMAGE_PORT}/ ; probe URL: {config.PROBE_URL}")
+    _log(f"key {config.KEY_FILE}, known_hosts {config.KNOWN_HOSTS}, hosts {config.HOSTS_YAML}")
+    return wanted
+
+
+def down(*, keep_state: bool = False) -> None:
+    for h in hosts.existing_hosts():
+        hosts.down_host(h, keep_state=keep_state)
+        _log(f"{h.name}: removed")
+    stop_image_server()
+    for path in (config.HOSTS_YAML, config.LAB_JSON, config.KNOWN_HOSTS):
+        path.unlink(missing_ok=True)
+
+
+def status() -> int:
+    """Print every trace of the lab; exit 0 if something of it exists, 3 if nothing."""
+    found = hosts.existing_hosts()
+    for h in found:
+        ns = "netns" if hosts.netns_exists(h.netns) else "no netns"
+        veth = "veth" if hosts.link_exists(h.veth_root) else "no veth"
+        route = hosts.run("ip", "route", "show", h.guest_subnet).stdout.strip() or "no route"
+        ssh = "ssh open" if hosts.tcp_open(h.address, 22, timeout=0.5) else "ssh closed"
+        _log(f"{h.name} ({h.address}, {h.zone}): {ns}, {veth}, {ssh}; route {route}")
+        for proc in hosts.processes_in_netns(h.netns):
+            _log(f"  pid {proc.pid:>7} {proc.name:<10} {proc.cmdline[:90]}")
+        if hosts.holder_pid(h) is not None and hosts.host_ok(
+            h, "virsh", "-c", "qemu:///system", "version"
+        ):
+            doms = hosts.in_host(
+                h, "virsh", "-q", "-c", "qemu:///system", "list", "--all", "--name"
+            ).split()
+            pools = hosts.in_host(
+                h, "virsh", "-q", "-c", "qemu:///system", "pool-list", "--all"
+            ).strip()
+            _log(f"  domains: {', '.join(doms) or '-'}; pools: {' '.join(pools.split())}")
+    pid = image_server_pid()
+    where = f"pid {pid} on 127.0.0.1:{config.IMAGE_PORT}" if pid else "off"
+    _log(f"image server: {where}")
+    image = imagebuild.cached(config.IMAGES_DIR)
+    _log(
+        f"image: {image.path} sha256 {image.sha256}"
+        if image
+        else f"image: not built for recipe {imagebuild.recipe_key()[:12]}"
+    )
+    if not found and pid is None:
+        _log("lab: down")
+        return 3
+    return 0
+
+
+def image(*, force: bool) -> imagebuild.Image:
+    hit = None if force else imagebuild.cached(config.IMAGES_DIR)
+    if hit is None:
+        _log(
+            f"building image for recipe {imagebuild.recipe_key()[:12]} "
+            f"(log: {config.IMAGES_DIR}/build.log) ..."
+        )
+    img = imagebuild.build(config.IMAGES_DIR, force=force, log=config.IMAGES_DIR / "build.log")
+    how = f"built in {img.seconds:.0f}s" if img.built else "cached"
+    _log(f"image {img.path} ({how})\nsha256 {img.sha256}\nurl {image_url(img)}")
+    if config.LAB_JSON.exists():
+        names = [h["name"] for h in json.loads(config.LAB_JSON.read_text())["hosts"]]
+        write_outputs([HostLayout(int(n.removeprefix(config.NETNS_PREFIX))) for n in names])
+    return img
+
+
+def daemon(action: str, name: str, n: int) -> None:
+    host = HostLayout(n)
+    if action in ("stop", "restart"):
+        hosts.stop_daemon(host, name)
+    if action in ("start", "restart"):
+        hosts.start_daemon(host, name)
+    _log(f"{host.name}: {name} {action} done")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up")
+    p_up.add_argument("--hosts", type=int, default=2)
+    p_down = sub.add_parser("down")
+    p_down.add_argument("--keep-state", action="store_true")
+    sub.add_parser("status")
+    p_img = sub.add_parser("image")
+    p_img.add_argument("--force", action="store_true")
+    p_d = sub.add_parser("daemon")
+    p_d.add_argument("action", choices=["stop", "start", "restart"])
+    p_d.add_argument("name", choices=["sshd", "libvirtd", "virtlogd", "dnsmasq"])
+    p_d.add_argument("--host", type=int, required=True)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("the lab needs root (namespaces, mounts, links)")
+    try:
+        if args.cmd == "up":
+            up(args.hosts)
+        elif args.cmd == "down":
+            down(keep_state=args.keep_state)
+        elif args.cmd == "status":
+            return status()
+        elif args.cmd == "image":
+            image(force=args.force)
+        else:
+            daemon(args.action, args.name, args.host)
+    except (hosts.LabError, subprocess.CalledProcessError) as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1
+    return 0

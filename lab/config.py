@@ -1,0 +1,90 @@
+"""Where the lab keeps its state and how it numbers its hosts and networks.
+
+Every address the lab uses lies in 10.77.0.0/16 (host uplinks), 10.78.0.0/16 (guest
+bridges) and 10.79.0.1 (the probe address every host namespace answers on); these ranges
+exist only inside this machine: the root namespace routes each guest subnet to its host's
+veth, and the host namespaces have no default route, so nothing a guest sends leaves the lab.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LAB_DIR = Path(__file__).resolve().parent
+STATE = Path(os.environ.get("PROXYFLEET_LAB_STATE", LAB_DIR / "state")).resolve()
+SSH_DIR = STATE / "ssh"
+KEY_FILE = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+AUTHORIZED_KEYS = SSH_DIR / "authorized_keys"
+HOSTKEY_DIR = SSH_DIR / "hostkeys"
+HOSTS_DIR = STATE / "hosts"
+HOSTS_YAML = STATE / "hosts.yaml"
+IMAGES_YAML = STATE / "images.yaml"
+LAB_JSON = STATE / "lab.json"
+IMAGES_DIR = STATE / "images"
+IMAGE_SERVER_PID = STATE / "image-server.pid"
+IMAGE_PORT = int(os.environ.get("PROXYFLEET_LAB_IMAGE_PORT", "18787"))
+PROBE_ADDRESS = "10.79.0.1"
+PROBE_PORT = 8080
+PROBE_URL = f"http://{PROBE_ADDRESS}:{PROBE_PORT}/generate_204"
+NETNS_PREFIX = "pfhost"
+MAX_HOSTS = 50
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """Names and addresses of lab host number ``n`` (1-based)."""
+
+    n: int
+
+    @property
+    def name(self) -> str:
+        return f"{NETNS_PREFIX}{self.n}"
+
+    @property
+    def netns(self) -> str:
+        return self.name
+
+    @property
+    def veth_root(self) -> str:
+        """The root-namespace end of the uplink (the other end is ``uplink`` inside)."""
+        return self.name
+
+    @property
+    def root_address(self) -> str:
+        return f"10.77.{self.n}.1"
+
+    @property
+    def address(self) -> str:
+        """The host's SSH address, as the management box dials it."""
+        return f"10.77.{self.n}.2"
+
+    @property
+    def guest_subnet(self) -> str:
+        return f"10.78.{self.n}.0/24"
+
+    @property
+    def bridge_address(self) -> str:
+        return f"10.78.{self.n}.1"
+
+    @property
+    def dhcp_range(self) -> tuple[str, str]:
+        return f"10.78.{self.n}.10", f"10.78.{self.n}.250"
+
+    @property
+    def zone(self) -> str:
+        return "zone-a" if self.n % 2 else "zone-b"
+
+    @property
+    def state(self) -> Path:
+        return HOSTS_DIR / self.name
+
+    @property
+    def hostkey(self) -> Path:
+        return HOSTKEY_DIR / f"{self.name}_ed25519"
+
+    @property
+    def holder_pid_file(self) -> Path:
+        return self.state / "holder.pid"

@@ -1,0 +1,462 @@
+"""Lab hypervisors: one network + mount namespace per host, with its own daemons.
+
+Host ``pfhostN`` is a network namespace of that name joined to the root namespace by a veth
+(root ``pfhostN`` 10.77.N.1/30 <-> ``uplink`` 10.77.N.2/30), a bridge ``br0`` (10.78.N.1/24)
+for its guests with dnsmasq for DHCP, and a private mount namespace held by ``holder.sh``
+in which /run, /etc/libvirt, /var/lib/libvirt, /var/log/libvirt and /var/cache/libvirt are
+the host's own. virtlogd, libvirtd, sshd, dnsmasq and the 204 probe server run there.
+Every step is idempotent: ``up`` repairs what is missing and leaves what runs alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import config
+from lab.config import HostLayout
+
+HOLDER = config.LAB_DIR / "holder.sh"
+REPO = config.LAB_DIR.parent
+DAEMON_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+
+
+class LabError(RuntimeError):
+    """A lab step failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    name: str
+    cmdline: str
+
+
+def run(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    prefix = ("ip", "-n", netns) if netns else ("ip",)
+    return run(*prefix, "link", "show", name, check=False).returncode == 0
+
+
+def processes_in_netns(name: str) -> list[Proc]:
+    """Every process whose network namespace is the lab netns ``name``."""
+    try:
+        target = os.stat(Path("/run/netns", name))
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ns = os.stat(entry / "ns" / "net")
+            if (ns.st_ino, ns.st_dev) != (target.st_ino, target.st_dev):
+                continue
+            raw = (entry / "cmdline").read_bytes()
+            exe = os.readlink(entry / "exe")
+        except OSError:
+            continue
+        cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        found.append(Proc(int(entry.name), Path(exe).name.removesuffix(" (deleted)"), cmdline))
+    return sorted(found, key=lambda p: p.pid)
+
+
+def holder_pid(host: HostLayout) -> int | None:
+    try:
+        pid = int(host.holder_pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    alive = any(p.pid == pid for p in processes_in_netns(host.netns))
+    return pid if alive else None
+
+
+def in_host(host: HostLayout, *cmd: str, check: bool = True, timeout: float = 60) -> str:
+    """Run ``cmd`` inside the host's network and mount namespaces; return its stdout."""
+    pid = holder_pid(host)
+    if pid is None:
+        raise LabError(f"{host.name}: its namespace holder is not running")
+    return run(
+        "nsenter", "-t", str(pid), "-m", "-n", "-u", *cmd, check=check, timeout=timeout
+    ).stdout
+
+
+# --- network -------------------------------------------------------------------------------
+
+
+def ensure_network(host: HostLayout) -> None:
+    ns = host.netns
+    if not netns_exists(ns):
+        run("ip", "netns", "add", ns)
+    if not link_exists(host.veth_root):
+        if link_exists("uplink", ns):
+            run("ip", "-n", ns, "link", "del", "uplink")
+        run(
+            "ip",
+            "link",
+            "add",
+            host.veth_root,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "uplink",
+            "netns",
+            ns,
+        )
+    run("ip", "addr", "replace", f"{host.root_address}/30", "dev", host.veth_root)
+    run("ip", "link", "set", host.veth_root, "up")
+    run("ip", "-n", ns, "link", "set", "lo", "up")
+    run("ip", "-n", ns, "addr", "replace", f"{host.address}/30", "dev", "uplink")
+    run("ip", "-n", ns, "link", "set", "uplink", "up")
+    if not link_exists("br0", ns):
+        run(
+            "ip",
+            "-n",
+            ns,
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "forward_delay",
+            "0",
+            "stp_state",
+            "0",
+        )
+    run("ip", "-n", ns, "addr", "replace", f"{host.bridge_address}/24", "dev", "br0")
+    run("ip", "-n", ns, "link", "set", "br0", "up")
+    run("ip", "-n", ns, "addr", "replace", f"{config.PROBE_ADDRESS}/32", "dev", "lo")
+    run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    run("ip", "route", "replace", host.guest_subnet, "via", host.address, "dev", host.veth_root)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def ensure_keys(hosts: list[HostLayout]) -> None:
+    config.SSH_DIR.mkdir(parents=True, exist_ok=True)
+    config.HOSTKEY_DIR.mkdir(parents=True, exist_ok=True)
+    if not config.KEY_FILE.exists():
+        run(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "proxyfleet-lab",
+            "-f",
+            str(config.KEY_FILE),
+        )
+    config.KEY_FILE.chmod(0o600)
+    pub = Path(f"{config.KEY_FILE}.pub").read_text()
+    config.AUTHORIZED_KEYS.write_text(pub)
+    for host in hosts:
+        if not host.hostkey.exists():
+            run(
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                host.name,
+                "-f",
+                str(host.hostkey),
+            )
+        host.hostkey.chmod(0o600)
+
+
+def known_hosts_line(address: str, port: int, key: str) -> str:
+    """OpenSSH's form: a bare address for port 22, ``[address]:port`` otherwise."""
+    where = address if port == 22 else f"[{address}]:{port}"
+    kind, blob = key.split()[:2]
+    return f"{where} {kind} {blob}"
+
+
+def write_known_hosts(hosts: list[HostLayout]) -> None:
+    lines = [known_hosts_line(h.address, 22, Path(f"{h.hostkey}.pub").read_text()) for h in hosts]
+    config.KNOWN_HOSTS.write_text("".join(f"{line}\n" for line in lines))
+
+
+def ensure_host_files(host: HostLayout) -> None:
+    st = host.state
+    (st / "log" / "qemu").mkdir(parents=True, exist_ok=True)
+    for sub in ("images", "qemu/nvram", "qemu/save", "qemu/dump", "qemu/snapshot", "boot"):
+        (st / "var-lib-libvirt" / sub).mkdir(parents=True, exist_ok=True)
+    etc = st / "etc-libvirt"
+    if not etc.exists():
+        shutil.copytree("/etc/libvirt", etc, symlinks=True)
+        # A stock host's domains, pools and autostarted networks are not this host's.
+        for sub in ("qemu/networks/autostart", "storage"):
+            shutil.rmtree(etc / sub, ignore_errors=True)
+        for xml in (etc / "qemu").glob("*.xml"):
+            xml.unlink()
+        (etc / "qemu" / "networks" / "autostart").mkdir(parents=True, exist_ok=True)
+    (etc / "libvirtd.conf").write_text(
+        "# proxyfleet lab: root over the unix socket only (sshd forwards it).\n"
+        'unix_sock_group = "root"\nunix_sock_rw_perms = "0770"\nauth_unix_rw = "none"\n'
+        'auth_unix_ro = "none"\n'
+    )
+    (etc / "qemu.conf").write_text(
+        "# proxyfleet lab: /dev/kvm is root-only here and the namespaced hosts share one\n"
+        "# cgroup tree, so QEMU runs as root without cgroup controllers.\n"
+        'user = "root"\ngroup = "root"\nsecurity_driver = "none"\ncgroup_controllers = [ ]\n'
+        'stdio_handler = "logd"\n'
+    )
+    (st / "sshd_config").write_text(
+        f"Port 22\nListenAddress {host.address}\nHostKey {host.hostkey}\n"
+        f"PidFile /run/sshd.pid\nAuthorizedKeysFile {config.AUTHORIZED_KEYS}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPrintMotd no\n"
+        "AllowTcpForwarding yes\nAllowStreamLocalForwarding yes\n"
+        "MaxSessions 64\nMaxStartups 64:30:128\nClientAliveInterval 30\n"
+        "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+    )
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def ensure_holder(host: HostLayout) -> int:
+    pid = holder_pid(host)
+    if pid is not None:
+        return pid
+    ready = host.state / "holder.ready"
+    ready.unlink(missing_ok=True)
+    with open(host.state / "holder.log", "ab") as log:
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "bash",
+                str(HOLDER),
+                str(host.state),
+                host.name,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=DAEMON_ENV,
+        )
+    host.holder_pid_file.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise LabError(f"{host.name}: namespace holder failed, see {host.state}/holder.log")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
+    low, high = host.dhcp_range
+    st = host.state
+    return [
+        ("virtlogd", ["/usr/sbin/virtlogd"]),
+        ("libvirtd", ["/usr/sbin/libvirtd"]),
+        ("sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", str(st / "sshd_config")]),
+        (
+            "dnsmasq",
+            [
+                "/usr/sbin/dnsmasq",
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--interface=br0",
+                "--bind-interfaces",
+                "--except-interface=lo",
+                "--no-resolv",
+                "--no-hosts",
+                "--user=root",
+                "--group=root",
+                "--pid-file=/run/lab-dnsmasq.pid",
+                f"--dhcp-range={low},{high},255.255.255.0,1h",
+                f"--dhcp-leasefile={st / 'dnsmasq.leases'}",
+                "--dhcp-authoritative",
+                f"--log-facility={st / 'dnsmasq.log'}",
+                "--log-dhcp",
+            ],
+        ),
+        (
+            "python",
+            [sys.executable, "-m", "lab.servers", "probe", "--port", str(config.PROBE_PORT)],
+        ),
+    ]
+
+
+def _running(host: HostLayout, name: str) -> Proc | None:
+    for proc in processes_in_netns(host.netns):
+        if name == "python" and "lab.servers probe" in proc.cmdline:
+            return proc
+        if name != "python" and proc.name == name:
+            return proc
+    return None
+
+
+def start_daemon(host: HostLayout, name: str) -> None:
+    """Start one of the host's daemons unless it already runs; wait until it answers."""
+    if _running(host, name) is not None:
+        return
+    argv = dict(_daemons(host))[name]
+    pid = ensure_holder(host)
+    label = "probe" if name == "python" else name
+    with open(host.state / f"{label}.log", "ab") as log:
+        subprocess.Popen(
+            ["nsenter", "-t", str(pid), "-m", "-n", "-u", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO,
+            env={**DAEMON_ENV, "PYTHONPATH": str(REPO)},
+        )
+    _wait_ready(host, name)
+
+
+def _wait_ready(host: HostLayout, name: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if _ready(host, name):
+            return
+        if time.monotonic() > deadline:
+            label = "probe" if name == "python" else name
+            raise LabError(f"{host.name}: {label} did not come up, see {host.state}/{label}.log")
+        time.sleep(0.2)
+
+
+def host_ok(host: HostLayout, *cmd: str) -> bool:
+    """Whether ``cmd`` succeeds inside the host's namespaces."""
+    pid = holder_pid(host)
+    return (
+        pid is not None
+        and run("nsenter", "-t", str(pid), "-m", "-n", "-u", *cmd, check=False).returncode == 0
+    )
+
+
+def _ready(host: HostLayout, name: str) -> bool:
+    if name == "virtlogd":
+        return host_ok(host, "test", "-S", "/run/libvirt/virtlogd-sock")
+    if name == "libvirtd":
+        return host_ok(host, "virsh", "-c", "qemu:///system", "version")
+    if name == "sshd":
+        return tcp_open(host.address, 22)
+    if name == "python":
+        return host_ok(
+            host,
+            "python3",
+            "-c",
+            "import socket; socket.create_connection("
+            f"('{config.PROBE_ADDRESS}', {config.PROBE_PORT}), 1)",
+        )
+    return _running(host, name) is not None
+
+
+def stop_daemon(host: HostLayout, name: str, *, timeout: float = 10) -> None:
+    """Stop one daemon of the host (SIGTERM, then SIGKILL) and wait until it is gone."""
+    victims = [p for p in processes_in_netns(host.netns) if p.name == name]
+    _terminate([p.pid for p in victims], timeout=timeout)
+
+
+def _terminate(pids: list[int], *, timeout: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+            if not pids:
+                return
+            time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def tcp_open(address: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_pool(host: HostLayout) -> None:
+    virsh = ("virsh", "-q", "-c", "qemu:///system")
+    if not host_ok(host, *virsh, "pool-info", "default"):
+        in_host(
+            host, *virsh, "pool-define-as", "default", "dir", "--target", "/var/lib/libvirt/images"
+        )
+        in_host(host, *virsh, "pool-build", "default")
+        in_host(host, *virsh, "pool-autostart", "default")
+    if "running" not in in_host(host, *virsh, "pool-info", "default"):
+        in_host(host, *virsh, "pool-start", "default")
+
+
+# --- whole host ----------------------------------------------------------------------------
+
+
+def up_host(host: HostLayout) -> None:
+    ensure_network(host)
+    ensure_host_files(host)
+    ensure_holder(host)
+    for name, _ in _daemons(host):
+        start_daemon(host, name)
+    ensure_pool(host)
+
+
+def down_host(host: HostLayout, *, keep_state: bool = False) -> None:
+    """Kill every process of the host, then drop its namespace, links and route."""
+    _terminate([p.pid for p in processes_in_netns(host.netns)], timeout=10)
+    if netns_exists(host.netns):
+        run("ip", "netns", "del", host.netns)
+    if link_exists(host.veth_root):
+        run("ip", "link", "del", host.veth_root)
+    run("ip", "route", "del", host.guest_subnet, check=False)
+    if not keep_state:
+        shutil.rmtree(host.state, ignore_errors=True)
+
+
+def existing_hosts() -> list[HostLayout]:
+    """Every lab host that has any trace: a netns, a root veth or a state dir."""
+    found: set[int] = set()
+    names = [line.split()[0] for line in run("ip", "netns", "list").stdout.splitlines() if line]
+    names += [p.name for p in config.HOSTS_DIR.glob(f"{config.NETNS_PREFIX}*")]
+    links = run("ip", "-o", "link", "show").stdout.splitlines()
+    names += [line.split(":")[1].strip().split("@")[0] for line in links]
+    for name in names:
+        suffix = name.removeprefix(config.NETNS_PREFIX)
+        if name.startswith(config.NETNS_PREFIX) and suffix.isdigit():
+            found.add(int(suffix))
+    return [HostLayout(n) for n in sorted(found)]

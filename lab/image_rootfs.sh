@@ -1,0 +1,65 @@
+#!/bin/bash
+# Builds the guest root file system tree for the lab image (part of the image recipe:
+# any change here changes the cache key). Runs as root inside a private mount and PID
+# namespace (see lab/imagebuild.py), so every mount and every process it starts ends with it.
+# Usage: image_rootfs.sh ROOT_DIR MIRROR_URL SECURITY_URL DEB_CACHE_DIR ROOT_UUID
+set -euo pipefail
+root=$1 mirror=$2 security=$3 debcache=$4 root_uuid=$5
+suite=bookworm
+
+mkdir -p "$debcache"
+debootstrap --variant=minbase --arch=amd64 --cache-dir="$debcache" \
+	--include=systemd-sysv,udev,kmod,apt \
+	"$suite" "$root" "$mirror"
+
+mount -t proc proc "$root/proc"
+mount -t sysfs sysfs "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs tmpfs "$root/run"
+trap 'umount -R "$root/run" "$root/dev" "$root/sys" "$root/proc" 2>/dev/null || true' EXIT
+
+# Never start a service inside the chroot.
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 0755 "$root/usr/sbin/policy-rc.d"
+
+cat >"$root/etc/apt/sources.list" <<SOURCES
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb $security $suite-security main
+SOURCES
+
+in_root() { chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"; }
+in_root apt-get update -qq
+# linux-image-amd64 (not -cloud) so SATA CD-ROM seeds and any disk bus the domain uses work.
+in_root apt-get install -y -qq --no-install-recommends \
+	linux-image-amd64 initramfs-tools \
+	cloud-init cloud-guest-utils qemu-guest-agent squid \
+	ifupdown isc-dhcp-client iproute2 netbase iputils-ping \
+	openssh-server sudo ca-certificates procps less e2fsprogs curl
+
+cat >"$root/etc/fstab" <<FSTAB
+UUID=$root_uuid / ext4 errors=remount-ro 0 1
+FSTAB
+
+cat >"$root/etc/network/interfaces" <<'IFACES'
+auto lo
+iface lo inet loopback
+source /etc/network/interfaces.d/*
+IFACES
+
+# NoCloud only: no network metadata service is ever probed from inside the lab.
+cat >"$root/etc/cloud/cloud.cfg.d/90-proxyfleet-lab.cfg" <<'CLOUD'
+datasource_list: [ NoCloud, None ]
+locale: C.UTF-8
+CLOUD
+
+# The lab reaches the proxies from 10.77.0.0/16 (the root namespace side of each veth).
+cat >"$root/etc/squid/conf.d/proxyfleet-lab.conf" <<'SQUID'
+http_access allow localnet
+SQUID
+
+echo debian >"$root/etc/hostname"
+: >"$root/etc/machine-id"
+rm -f "$root/var/lib/dbus/machine-id" "$root"/etc/ssh/ssh_host_*
+in_root apt-get clean
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/log/*.log "$root"/tmp/* "$root/usr/sbin/policy-rc.d"
