@@ -1,0 +1,218 @@
+"""``FakeHypervisor``: an in-memory Hypervisor for the executor's unit tests (and nothing else).
+
+It keeps the rules of the real adapter (reconciler.adapters.libvirthost), so a
+test against the fake means the same thing against a host:
+
+- ``create`` is idempotent (an existing domain is only started) and needs the
+  image ensured first, with a matching checksum;
+- ``ensure_image`` uploads only when the checksum changed, and refuses to
+  replace a base that a VM still uses ("base image in use by N overlays");
+- ``delete`` of something already gone succeeds; of a domain without
+  proxyfleet metadata it fails permanently;
+- ``start`` and ``addresses`` of a missing domain raise NotFoundError.
+
+Failure injection: ``unreachable = True`` makes every call raise
+TransientError; ``fail(method, error, times=N, target=...)`` raises ``error``
+on the next N matching calls (``times=None``: every one). ``calls`` records
+every call, ``mutations`` only those that changed something, so "a second run
+makes no mutating call" is ``fake.mutations == []`` after ``fake.forget()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
+from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
+from reconciler.model.vm import VmSpec
+
+ANY = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    """observe, ensure_image, create, start, delete, addresses or close."""
+    target: str = ""
+    """The domain name, or the image key for ensure_image; '' for observe/close."""
+
+
+@dataclass
+class _Failure:
+    method: str
+    target: str
+    error: HostError
+    remaining: int | None
+
+
+class FakeHypervisor:
+    """One fake host. Thread-safe; the executor may call it from several workers."""
+
+    def __init__(self, name: str, *, domains: tuple[Domain, ...] = ()) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self.domains: dict[str, Domain] = {d.name: d for d in domains}
+        self.specs: dict[str, VmSpec] = {}
+        self.images: dict[str, str] = {}
+        """image key -> checksum of the verified base on this host."""
+        self.overlays: dict[str, str] = {}
+        """domain -> image key its overlay is backed by."""
+        self.addresses_of: dict[str, tuple[str, ...]] = {}
+        self.calls: list[Call] = []
+        self.mutations: list[Call] = []
+        self.unreachable = False
+        self.closed = 0
+        self.on_call: Callable[[Call], None] | None = None
+        """Runs (outside the lock) on every call before it acts: for blocking or counting."""
+        self._failures: list[_Failure] = []
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fail(
+        self, method: str, error: HostError, *, times: int | None = 1, target: str = ANY
+    ) -> None:
+        """Raise ``error`` on the next ``times`` calls of ``method`` (on ``target``)."""
+        with self._lock:
+            self._failures.append(_Failure(method, target, error, times))
+
+    def add_domain(
+        self, name: str, state: DomainState = DomainState.RUNNING, owner: Owner | None = None
+    ) -> None:
+        """Put a domain on the host as if someone else had made it (foreign when no owner)."""
+        with self._lock:
+            self.domains[name] = Domain(name=name, state=state, owner=owner)
+
+    def set_state(self, name: str, state: DomainState) -> None:
+        with self._lock:
+            self.domains[name] = replace(self.domains[name], state=state)
+
+    def forget(self) -> None:
+        """Clear the call logs (between two runs of a test)."""
+        with self._lock:
+            self.calls.clear()
+            self.mutations.clear()
+
+    def observe(self) -> HostInventory:
+        self._enter(Call("observe"))
+        with self._lock:
+            domains = tuple(sorted(self.domains.values(), key=lambda d: d.name))
+        return HostInventory(name=self._name, reachable=True, domains=domains)
+
+    def ensure_image(self, image: Image, local_file: Path) -> None:
+        call = Call("ensure_image", image.key)
+        self._enter(call)
+        wanted = image.sha256 or f"file:{local_file}"
+        with self._lock:
+            if self.images.get(image.key) == wanted:
+                return
+            users = sorted(d for d, key in self.overlays.items() if key == image.key)
+            if image.key in self.images and users:
+                raise PermanentError(
+                    f"base image in use by {len(users)} overlays ({', '.join(users)})",
+                    host=self._name,
+                )
+            self.images[image.key] = wanted
+            self.mutations.append(call)
+
+    def create(self, spec: VmSpec) -> None:
+        call = Call("create", spec.domain)
+        self._enter(call)
+        with self._lock:
+            existing = self.domains.get(spec.domain)
+            if existing is not None:
+                if existing.state is not DomainState.RUNNING:
+                    self.domains[spec.domain] = replace(existing, state=DomainState.RUNNING)
+                    self.mutations.append(call)
+                return
+            recorded = self.images.get(spec.image.key)
+            if recorded is None or (spec.image.sha256 and recorded != spec.image.sha256):
+                raise PermanentError(
+                    f"base image {spec.base_name} is not uploaded and verified; "
+                    "the image must be ensured first",
+                    host=self._name,
+                )
+            self.domains[spec.domain] = Domain(spec.domain, DomainState.RUNNING, spec.owner)
+            self.specs[spec.domain] = spec
+            self.overlays[spec.domain] = spec.image.key
+            self.mutations.append(call)
+
+    def start(self, domain: str) -> None:
+        call = Call("start", domain)
+        self._enter(call)
+        with self._lock:
+            existing = self._existing(domain, "virDomainLookupByName")
+            if existing.state is not DomainState.RUNNING:
+                self.domains[domain] = replace(existing, state=DomainState.RUNNING)
+                self.mutations.append(call)
+
+    def delete(self, domain: str) -> None:
+        call = Call("delete", domain)
+        self._enter(call)
+        with self._lock:
+            existing = self.domains.get(domain)
+            if existing is not None and existing.owner is None:
+                raise PermanentError(
+                    f"refusing to delete domain {domain}: it carries no proxyfleet metadata",
+                    host=self._name,
+                )
+            gone = [
+                self.domains.pop(domain, None),
+                self.overlays.pop(domain, None),
+                self.specs.pop(domain, None),
+            ]
+            self.addresses_of.pop(domain, None)
+            if any(item is not None for item in gone):
+                self.mutations.append(call)
+
+    def addresses(self, domain: str) -> tuple[str, ...]:
+        self._enter(Call("addresses", domain))
+        with self._lock:
+            existing = self._existing(domain, "virDomainLookupByName")
+            if existing.state is not DomainState.RUNNING:
+                return ()
+            return self.addresses_of.get(domain, ())
+
+    def close(self) -> None:
+        self._enter(Call("close"), inject=False)
+        with self._lock:
+            self.closed += 1
+
+    def _existing(self, domain: str, rpc: str) -> Domain:
+        existing = self.domains.get(domain)
+        if existing is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist",
+                host=self._name,
+                rpc=rpc,
+                code=42,
+                code_name="VIR_ERR_NO_DOMAIN",
+            )
+        return existing
+
+    def _enter(self, call: Call, *, inject: bool = True) -> None:
+        with self._lock:
+            self.calls.append(call)
+            failure = self._take_failure(call) if inject else None
+            unreachable = self.unreachable and inject
+        if self.on_call is not None:
+            self.on_call(call)
+        if unreachable:
+            raise TransientError(f"cannot reach SSH at {self._name}: unreachable", host=self._name)
+        if failure is not None:
+            raise failure
+
+    def _take_failure(self, call: Call) -> HostError | None:
+        for failure in self._failures:
+            if failure.method != call.method or failure.target not in (ANY, call.target):
+                continue
+            if failure.remaining is not None:
+                failure.remaining -= 1
+                if failure.remaining <= 0:
+                    self._failures.remove(failure)
+            return failure.error
+        return None
