@@ -1,0 +1,190 @@
+"""The host adapter's pure parts: keys, host keys, error classification, addresses, markers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import libvirt
+import paramiko
+import pytest
+
+from reconciler.adapters.baseimage import marker_line, parse_marker
+from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.libvirthost import LibvirtHost, usable_ipv4
+from reconciler.adapters.libvirtrpc import classify, code_name
+from reconciler.adapters.ssh import (
+    check_host_key,
+    fingerprint,
+    known_hosts_name,
+    load_private_key,
+)
+from reconciler.errors import NotFoundError, PermanentError, TransientError
+from reconciler.model import Host, HostNetwork, Image
+from reconciler.model.settings import SshSettings
+
+
+def keygen(path: Path, *, passphrase: str = "") -> Path:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)], check=True
+    )
+    return path
+
+
+def libvirt_error(code: int, domain: int = libvirt.VIR_FROM_QEMU) -> libvirt.libvirtError:
+    exc = libvirt.libvirtError("failed")
+    exc.err = (code, domain, f"message for {code}", 2, None, None, None, 0, 0)
+    return exc
+
+
+def test_libvirt_host_satisfies_the_hypervisor_protocol() -> None:
+    host = Host(name="kvm1", address="10.0.0.1", zone="z", network=HostNetwork("bridge", "br0"))
+    adapter: Hypervisor = LibvirtHost(host, SshSettings())
+
+    assert adapter.name == "kvm1"
+    adapter.close()
+
+
+def test_the_fingerprint_is_the_one_ssh_keygen_prints(tmp_path: Path) -> None:
+    key = keygen(tmp_path / "k")
+    expected = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", f"{key}.pub"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()[1]
+
+    assert fingerprint(paramiko.PKey.from_path(key)) == expected
+
+
+def test_known_hosts_names_carry_the_port_unless_it_is_22() -> None:
+    assert known_hosts_name("10.0.0.5", 22) == "10.0.0.5"
+    assert known_hosts_name("10.0.0.5", 2222) == "[10.0.0.5]:2222"
+
+
+def test_a_missing_private_key_is_transient(tmp_path: Path) -> None:
+    with pytest.raises(TransientError, match="does not exist"):
+        load_private_key(tmp_path / "absent", host="kvm1")
+
+
+def test_a_private_key_readable_by_group_is_permanent(tmp_path: Path) -> None:
+    key = keygen(tmp_path / "k")
+    key.chmod(0o640)
+
+    with pytest.raises(PermanentError, match="0640"):
+        load_private_key(key, host="kvm1")
+
+
+def test_a_private_key_that_does_not_parse_is_permanent(tmp_path: Path) -> None:
+    key = tmp_path / "k"
+    key.write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\ngarbage\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    key.chmod(0o600)
+
+    with pytest.raises(PermanentError, match="cannot be parsed"):
+        load_private_key(key, host="kvm1")
+
+
+def test_a_passphrase_protected_key_is_permanent(tmp_path: Path) -> None:
+    key = keygen(tmp_path / "k", passphrase="secret-words")
+
+    with pytest.raises(PermanentError, match="passphrase"):
+        load_private_key(key, host="kvm1")
+
+
+def test_a_good_private_key_loads(tmp_path: Path) -> None:
+    key = keygen(tmp_path / "k")
+
+    assert load_private_key(key, host="kvm1").get_name() == "ssh-ed25519"
+
+
+def test_host_keys_are_checked_strictly_and_errors_name_the_offered_fingerprint(
+    tmp_path: Path,
+) -> None:
+    good = paramiko.PKey.from_path(keygen(tmp_path / "good"))
+    other = paramiko.PKey.from_path(keygen(tmp_path / "other"))
+    known_hosts = tmp_path / "known_hosts"
+
+    def check(known: dict[str, paramiko.PKey]) -> None:
+        check_host_key(known, good, name="[10.0.0.5]:2222", known_hosts=known_hosts, host="kvm1")
+
+    check({"ssh-ed25519": good})
+    with pytest.raises(PermanentError, match="HOST KEY CHANGED") as changed:
+        check({"ssh-ed25519": other})
+    with pytest.raises(PermanentError, match="is not in") as unknown:
+        check({})
+
+    for caught in (changed, unknown):
+        assert fingerprint(good) in str(caught.value)
+        assert "[10.0.0.5]:2222" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("code", "domain", "kind"),
+    [
+        (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_FROM_QEMU, NotFoundError),
+        (libvirt.VIR_ERR_NO_STORAGE_VOL, libvirt.VIR_FROM_STORAGE, NotFoundError),
+        (libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_FROM_RPC, TransientError),
+        (libvirt.VIR_ERR_RPC, libvirt.VIR_FROM_RPC, TransientError),
+        (libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_FROM_QEMU, TransientError),
+        (libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_FROM_DOMAIN, PermanentError),
+        (libvirt.VIR_ERR_OPERATION_INVALID, libvirt.VIR_FROM_QEMU, PermanentError),
+        (libvirt.VIR_ERR_NO_STORAGE_POOL, libvirt.VIR_FROM_STORAGE, PermanentError),
+    ],
+)
+def test_libvirt_errors_are_classified_once_with_their_code_and_name(
+    code: int, domain: int, kind: type[Exception]
+) -> None:
+    error = classify(libvirt_error(code, domain), host="kvm1", rpc="virX", link_alive=True)
+
+    assert type(error) is kind
+    assert error.code == code
+    assert error.code_name == code_name(code)
+    assert error.code_name in str(error)
+    assert "host kvm1: virX" in str(error)
+
+
+def test_any_error_on_a_dead_connection_is_transient() -> None:
+    error = classify(
+        libvirt_error(libvirt.VIR_ERR_INTERNAL_ERROR), host="kvm1", rpc="virX", link_alive=False
+    )
+
+    assert isinstance(error, TransientError)
+    assert error.code_name == "VIR_ERR_INTERNAL_ERROR"
+
+
+def test_code_names_are_the_libvirt_constants() -> None:
+    assert code_name(libvirt.VIR_ERR_NO_DOMAIN) == "VIR_ERR_NO_DOMAIN"
+    assert code_name(libvirt.VIR_ERR_INTERNAL_ERROR) == "VIR_ERR_INTERNAL_ERROR"
+    assert code_name(None) == "VIR_ERR_UNKNOWN"
+
+
+def test_addresses_keep_ipv4_only_without_loopback_or_link_local() -> None:
+    ipv4, ipv6 = libvirt.VIR_IP_ADDR_TYPE_IPV4, libvirt.VIR_IP_ADDR_TYPE_IPV6
+    found = {
+        "lo": {"addrs": [{"type": ipv4, "addr": "127.0.0.1", "prefix": 8}]},
+        "eth0": {
+            "addrs": [
+                {"type": ipv6, "addr": "fe80::1", "prefix": 64},
+                {"type": ipv4, "addr": "169.254.3.4", "prefix": 16},
+                {"type": ipv4, "addr": "192.168.122.10", "prefix": 24},
+                {"type": ipv4, "addr": "192.168.122.10", "prefix": 24},
+            ]
+        },
+        "eth1": {"addrs": [{"type": ipv4, "addr": "10.1.2.3", "prefix": 8}]},
+        "eth2": {"addrs": None},
+    }
+
+    assert usable_ipv4(found) == ("192.168.122.10", "10.1.2.3")
+
+
+def test_a_marker_is_a_sha256sum_line_and_only_a_complete_one_counts() -> None:
+    image = Image(key="debian-12", url="https://example.test/x.qcow2")
+    line = marker_line("ab" * 32, image)
+
+    assert line == f"{'ab' * 32}  base-debian-12.qcow2\n".encode()
+    assert parse_marker(line) == "ab" * 32
+    assert parse_marker(line[:40]) is None
+    assert parse_marker(line.rstrip(b"\n")) is None
+    assert parse_marker(b"\0" * 80) is None
