@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3 python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf \
 	openssh-server openssh-client git debootstrap mtools dosfstools systemd-boot-efi \
-	e2fsprogs fdisk dnsmasq-base iproute2 iptables curl prometheus \
+	e2fsprogs fdisk dnsmasq-base iproute2 iptables curl prometheus syslinux syslinux-common \
 	libxml2-utils systemd
 STAMP_APT := .make/apt.stamp
 STAMP_VENV := .make/venv.stamp
@@ -32,9 +32,10 @@ $(STAMP_VENV): pyproject.toml $(STAMP_APT)
 	@touch $@
 
 lint: deps
-	$(BIN)/ruff check reconciler tests benchmarks
-	$(BIN)/ruff format --check reconciler tests benchmarks
+	$(BIN)/ruff check reconciler tests benchmarks lab
+	$(BIN)/ruff format --check reconciler tests benchmarks lab
 	$(BIN)/mypy --strict
+	$(BIN)/mypy --strict lab
 	$(BIN)/lint-imports
 
 unit: deps

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from lab import boottest as lab_boottest
 from lab import config, hosts, imagebuild
 from lab.config import HostLayout
 
@@ -229,6 +230,24 @@ def image(*, force: bool) -> imagebuild.Image:
     return img
 
 
+def boottest(firmwares: list[str], *, accel: str, timeout: float) -> int:
+    """Boot the image once per firmware (no NIC) and print the measured times."""
+    img = image(force=False)
+    boot_dir = config.STATE / "boottest"
+    boot_dir.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for fw in firmwares:
+        res = lab_boottest.boot(img.path, fw, accel=accel, timeout=timeout, workdir=boot_dir)
+        agent = f"{res.agent_seconds:.0f}s" if res.agent_seconds is not None else "never"
+        final = f"{res.final_seconds:.0f}s" if res.final_seconds is not None else "never"
+        _log(
+            f"{fw} ({accel}): guest agent answered after {agent}, cloud-init final after "
+            f"{final}; console {res.console}"
+        )
+        failed += res.agent_seconds is None or res.final_seconds is None
+    return 1 if failed else 0
+
+
 def daemon(action: str, name: str, n: int) -> None:
     host = HostLayout(n)
     if action in ("stop", "restart"):
@@ -256,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     p_d.add_argument("action", choices=["stop", "start", "restart"])
     p_d.add_argument("name", choices=["sshd", "libvirtd", "virtlogd", "dnsmasq"])
     p_d.add_argument("--host", type=int, required=True)
+    p_b = sub.add_parser("boottest")
+    p_b.add_argument("--firmware", choices=["uefi", "bios"], action="append")
+    p_b.add_argument("--accel", choices=["tcg", "kvm"], default="tcg")
+    p_b.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("the lab needs root (namespaces, mounts, links)")
@@ -268,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             return status()
         elif args.cmd == "image":
             image(force=args.force)
+        elif args.cmd == "boottest":
+            return boottest(
+                args.firmware or ["uefi", "bios"], accel=args.accel, timeout=args.timeout
+            )
         else:
             daemon(args.action, args.name, args.host)
     except (hosts.LabError, subprocess.CalledProcessError) as exc:

@@ -28,6 +28,11 @@ deb $mirror $suite-updates main
 deb $security $suite-security main
 SOURCES
 
+# Before the kernel: initramfs-tools reads fstab to put fsck.ext4 into the initrd.
+cat >"$root/etc/fstab" <<FSTAB
+UUID=$root_uuid / ext4 errors=remount-ro 0 1
+FSTAB
+
 in_root() { chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"; }
 in_root apt-get update -qq
 # linux-image-amd64 (not -cloud) so SATA CD-ROM seeds and any disk bus the domain uses work.
@@ -36,10 +41,6 @@ in_root apt-get install -y -qq --no-install-recommends \
 	cloud-init cloud-guest-utils qemu-guest-agent squid \
 	ifupdown isc-dhcp-client iproute2 netbase iputils-ping \
 	openssh-server sudo ca-certificates procps less e2fsprogs curl
-
-cat >"$root/etc/fstab" <<FSTAB
-UUID=$root_uuid / ext4 errors=remount-ro 0 1
-FSTAB
 
 cat >"$root/etc/network/interfaces" <<'IFACES'
 auto lo
