@@ -1,17 +1,134 @@
-"""``proxyfleet hosts``: not built yet."""
+"""``proxyfleet hosts check``: is every hypervisor of fleet.yaml ready, and how big is it?
+
+Per host, checked on its own so one failure hides nothing else: SSH (and
+whether the libvirt socket is forwarded with streamlocal or through
+virt-ssh-helper), libvirt and QEMU versions, the storage pool (active, free
+space), the bridge or libvirt network, UEFI firmware (needed when any image
+boots UEFI, the default), and capacity (CPUs, memory). Hosts are checked in
+parallel.
+
+Exit codes: 0 every check passed, 2 some check failed, 1 the repo or the
+config is unusable.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Any
+import threading
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from reconciler.cli.common import (
+    add_host_access_arguments,
+    add_repo_argument,
+    config_error,
+    daemon_settings,
+    load_repo_or_complain,
+    ssh_settings,
+    table,
+)
+from reconciler.cli.inventory import configure_logging
+from reconciler.errors import ConfigError
+from reconciler.model import Firmware, Host, Repo
+from reconciler.model.settings import SshSettings
+
+if TYPE_CHECKING:
+    from reconciler.adapters.hostcheck import HostReport
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_FAILED = 2
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("hosts", help="(not built yet)")
-    parser.set_defaults(func=run)
+    parser = sub.add_parser(
+        "hosts",
+        help="check the hypervisors",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="hosts_command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="SSH, libvirt version, pool, network, firmware and capacity of every host",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_repo_argument(check)
+    add_host_access_arguments(check)
+    check.add_argument(
+        "--host", action="append", metavar="NAME", help="check only this host (repeatable)"
+    )
+    check.add_argument("--json", action="store_true", help="print the reports as JSON")
+    check.set_defaults(func=run_check)
 
 
-def run(args: argparse.Namespace) -> int:
-    print("proxyfleet hosts: not built yet", file=sys.stderr)
-    return 1
+def run_check(args: argparse.Namespace) -> int:
+    configure_logging(args)
+    repo = load_repo_or_complain(args.repo)
+    if repo is None:
+        return EXIT_ERROR
+    try:
+        ssh = ssh_settings(args, daemon_settings(args).ssh)
+    except ConfigError as exc:
+        return config_error(exc)
+    hosts = [h for h in repo.fleet.hosts if not args.host or h.name in args.host]
+    unknown = sorted(set(args.host or ()) - {h.name for h in hosts})
+    if unknown:
+        print(f"proxyfleet: no such host in fleet.yaml: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_ERROR
+    reports = check_hosts(hosts, ssh, need_uefi=needs_uefi(repo))
+    if args.json:
+        print(json.dumps([report_json(r) for r in reports], indent=2))
+    else:
+        print(render_reports(reports))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
+def needs_uefi(repo: Repo) -> bool:
+    """UEFI firmware matters when an image boots UEFI or a proxy names a direct URL (UEFI)."""
+    keys = {image.key for image in repo.fleet.images}
+    direct = any(p.placement.image not in keys for p in repo.proxies)
+    return direct or any(i.firmware is Firmware.UEFI for i in repo.fleet.images)
+
+
+def check_hosts(hosts: list[Host], ssh: SshSettings, *, need_uefi: bool) -> list[HostReport]:
+    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+
+    reports: dict[str, HostReport] = {}
+    lock = threading.Lock()
+
+    def check(host: Host) -> None:
+        adapter = LibvirtHost(host, ssh)
+        try:
+            report = adapter.host_check(need_uefi=need_uefi)
+        finally:
+            adapter.close()
+        with lock:
+            reports[host.name] = report
+
+    threads = [threading.Thread(target=check, args=(h,), name=f"check-{h.name}") for h in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [reports[h.name] for h in hosts]
+
+
+def render_reports(reports: list[HostReport]) -> str:
+    rows = [
+        [report.host, item.name, "ok" if item.ok else "FAIL", item.detail]
+        for report in reports
+        for item in report.items
+    ]
+    failed = sum(1 for r in reports if not r.ok)
+    summary = f"{len(reports) - failed} of {len(reports)} hosts ready"
+    return table(["HOST", "CHECK", "STATUS", "DETAIL"], rows) + "\n" + summary
+
+
+def report_json(report: HostReport) -> dict[str, Any]:
+    data = asdict(report)
+    data["ok"] = report.ok
+    return data

@@ -1,0 +1,133 @@
+"""``proxyfleet inventory`` and ``proxyfleet hosts check`` against the fixture host."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hostservices import BlankImage, SshKeys
+
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.cli import main
+from reconciler.core.inventory import parse_inventory
+from reconciler.model import Host
+from reconciler.model.vm import VmSpec
+
+
+def fleet_repo(root: Path, host: Host, *, fleet: str = "it") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "fleet.yaml").write_text(
+        f"""apiVersion: proxyfleet/v1
+kind: Fleet
+metadata:
+  name: {fleet}
+spec:
+  images:
+    blank:
+      url: https://images.example.invalid/blank.qcow2
+      format: qcow2
+  machineTypes:
+    tiny:
+      vcpus: 1
+      memoryMiB: 256
+      diskGiB: 1
+  hosts:
+    - name: {host.name}
+      address: {host.address}
+      port: {host.port}
+      zone: {host.zone}
+      pool: {host.pool}
+      network:
+        network: {host.network.name}
+      domainType: qemu
+      cpuMode: none
+    - name: gone
+      address: 127.0.0.1
+      port: 1
+      zone: {host.zone}
+      network:
+        bridge: br0
+"""
+    )
+    return root
+
+
+def access(keys: SshKeys) -> list[str]:
+    return ["--ssh-key", str(keys.client_key), "--known-hosts", str(keys.known_hosts)]
+
+
+def test_inventory_json_lists_owned_and_foreign_domains_and_marks_a_dead_host_unreachable(
+    adapter: LibvirtHost,
+    host: Host,
+    ssh_keys: SshKeys,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = make_spec("cli-1", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    repo = fleet_repo(tmp_path / "repo", host)
+
+    code = main(["inventory", "--repo", str(repo), *access(ssh_keys), "--json"])
+
+    out, err = capsys.readouterr()
+    assert out, err
+    inventory = parse_inventory(out, file="stdout")
+    seen = inventory.host(host.name)
+    assert code == 3
+    assert seen is not None and seen.reachable
+    owned = {d.name: d.owner for d in seen.domains}
+    assert owned[spec.domain] == spec.owner
+    gone = inventory.host("gone")
+    assert gone is not None and not gone.reachable and gone.error
+    adapter.delete(spec.domain)
+
+
+def test_inventory_table_names_the_owner_of_each_domain(
+    adapter: LibvirtHost,
+    host: Host,
+    ssh_keys: SshKeys,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = make_spec("cli-2", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    repo = fleet_repo(tmp_path / "repo", host)
+
+    main(["inventory", "--repo", str(repo), *access(ssh_keys)])
+
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if spec.domain in line)
+    assert "running" in row and "it/cli-2" in row and spec.owner.digest[:8] in row
+    assert any(line.startswith("gone") and "unreachable" in line for line in out.splitlines())
+    adapter.delete(spec.domain)
+
+
+def test_hosts_check_passes_for_a_ready_host_and_exits_2_naming_the_one_that_is_not(
+    host: Host, ssh_keys: SshKeys, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = fleet_repo(tmp_path / "repo", host)
+
+    ready = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name])
+    ready_out = capsys.readouterr().out
+    both = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--json"])
+    reports = {r["host"]: r for r in json.loads(capsys.readouterr().out)}
+
+    assert ready == 0, ready_out
+    assert "1 of 1 hosts ready" in ready_out
+    assert both == 2
+    assert reports[host.name]["ok"] is True
+    assert reports[host.name]["libvirt_version"]
+    assert reports["gone"]["ok"] is False
+    assert reports["gone"]["items"][0]["name"] == "ssh"
