@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import libvirt
@@ -14,6 +16,8 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.adapters.libvirthost import LibvirtHost, usable_ipv4
 from reconciler.adapters.libvirtrpc import classify, code_name
 from reconciler.adapters.ssh import (
+    SocketBridge,
+    SshConnection,
     check_host_key,
     fingerprint,
     known_hosts_name,
@@ -188,3 +192,52 @@ def test_a_marker_is_a_sha256sum_line_and_only_a_complete_one_counts() -> None:
     assert parse_marker(line[:40]) is None
     assert parse_marker(line.rstrip(b"\n")) is None
     assert parse_marker(b"\0" * 80) is None
+
+
+def test_a_server_that_never_speaks_ssh_fails_transient_at_the_connect_deadline(
+    tmp_path: Path,
+) -> None:
+    key = keygen(tmp_path / "k")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        host = Host(
+            name="mute",
+            address="127.0.0.1",
+            port=silent.getsockname()[1],
+            zone="z",
+            network=HostNetwork("bridge", "br0"),
+        )
+        settings = SshSettings(key_file=key, known_hosts_file=tmp_path / "kh", connect_timeout=1.0)
+        (tmp_path / "kh").write_text("")
+        connection = SshConnection(host, settings)
+        started = time.monotonic()
+
+        with pytest.raises(TransientError, match="handshake"):
+            connection.transport()
+
+    assert time.monotonic() - started < 30, "the connect deadline must end the wait"
+
+
+def test_a_socket_directory_that_cannot_be_made_is_permanent_and_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "no" / "such" / "dir"
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(missing))
+
+    with pytest.raises(PermanentError, match=str(missing)):
+        SocketBridge(lambda: pytest.fail("no channel may be opened"), label="kvm1")
+
+
+def test_the_bridge_socket_is_private_and_removed_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path))
+    bridge = SocketBridge(lambda: pytest.fail("no channel may be opened"), label="kvm1")
+    directory = Path(bridge.path).parent
+
+    assert directory.parent == tmp_path
+    assert directory.stat().st_mode & 0o777 == 0o700
+    assert bridge.uri == f"qemu+unix:///system?socket={bridge.path}"
+    bridge.close()
+    assert not directory.exists()

@@ -206,7 +206,7 @@ class SshConnection:
         try:
             if known:
                 transport.get_security_options().key_types = _preferred_algorithms(known)
-            transport.start_client(timeout=settings.connect_timeout)
+            self._handshake(transport)
             check_host_key(
                 known,
                 transport.get_remote_server_key(),
@@ -226,6 +226,25 @@ class SshConnection:
             (time.monotonic() - started) * 1000,
         )
         return transport
+
+    def _handshake(self, transport: paramiko.Transport) -> None:
+        """Key exchange within the connect deadline; a silent or dying server is transient."""
+        timeout = self._settings.connect_timeout
+        transport.banner_timeout = timeout
+        transport.handshake_timeout = timeout
+        try:
+            transport.start_client(timeout=timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransientError(
+                f"SSH handshake with {self.name} failed within {timeout:g} s: {exc}",
+                host=self._host.name,
+            ) from exc
+        # start_client returns quietly when its timeout passes mid-negotiation.
+        if not (transport.is_active() and getattr(transport, "initial_kex_done", False)):
+            raise TransientError(
+                f"SSH handshake with {self.name} did not finish within {timeout:g} s",
+                host=self._host.name,
+            )
 
     def _authenticate(self, transport: paramiko.Transport, key: paramiko.PKey) -> None:
         host = self._host.name
@@ -340,7 +359,10 @@ class SocketBridge:
     """A local unix socket whose every connection is piped into a fresh SSH channel.
 
     The socket lives in a private ``mkdtemp`` directory (mode 0700), so only
-    this user can reach the hypervisor through it. ``prepare()`` opens the
+    this user can reach the hypervisor through it: under systemd's
+    ``$RUNTIME_DIRECTORY`` when set, else the temp dir (``$TMPDIR``, /tmp).
+    A directory that cannot be made (a read-only root without a private /tmp)
+    is a PermanentError naming it, not a crash. ``prepare()`` opens the
     channel in the caller's thread, so that SSH errors surface there,
     classified, instead of as an EOF inside libvirt; a connection that
     arrives without a prepared channel opens its own. Each connection is
@@ -350,11 +372,19 @@ class SocketBridge:
     def __init__(self, open_channel: Callable[[], paramiko.Channel], *, label: str) -> None:
         self._open_channel = open_channel
         self._label = label
-        self._dir = tempfile.mkdtemp(prefix="proxyfleet-")
-        os.chmod(self._dir, 0o700)
-        self.path = os.path.join(self._dir, "libvirt-sock")
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(self.path)
+        base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
+        try:
+            self._dir = tempfile.mkdtemp(prefix="proxyfleet-", dir=base)
+            os.chmod(self._dir, 0o700)
+            self.path = os.path.join(self._dir, "libvirt-sock")
+            self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._server.bind(self.path)
+        except OSError as exc:
+            raise PermanentError(
+                f"cannot make the local libvirt socket under {base}: {exc}; "
+                "give proxyfleet a writable RuntimeDirectory or /tmp",
+                host=label,
+            ) from exc
         self._server.listen(8)
         self._closed = threading.Event()
         self._lock = threading.Lock()

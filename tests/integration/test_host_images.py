@@ -222,3 +222,19 @@ def test_a_base_with_overlays_on_it_is_not_replaced(
     adapter.delete(spec.domain)
     adapter.ensure_image(changed, newer)
     assert base.read_bytes() == newer.read_bytes()
+
+
+def test_a_locally_classified_failure_keeps_the_healthy_connection(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="reconciler.ssh")
+    adapter.observe()
+
+    with pytest.raises(PermanentError):
+        adapter.ensure_image(replace(blank_image.image, sha256="f" * 64), blank_image.path)
+    adapter.observe()
+
+    connects = [r for r in caplog.records if r.getMessage().startswith("SSH connected")]
+    assert len(connects) == 1

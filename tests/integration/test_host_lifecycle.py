@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import libvirt
+import pycdlib
 import pytest
 from hostservices import BlankImage
 
@@ -208,3 +210,32 @@ def test_host_check_reports_versions_pool_network_firmware_and_capacity(
     assert report.cpus >= 1
     assert report.memory_mib > 0
     assert "streamlocal" in report.items[0].detail
+
+
+def test_a_leftover_seed_from_an_interrupted_create_is_rebuilt(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    pool: tuple[str, Path],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-7", blank_image.image, user_data="#cloud-config\nhostname: seven\n")
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    handle = local_conn.storagePoolLookupByName(pool[0])
+    volume = ET.Element("volume")
+    ET.SubElement(volume, "name").text = spec.seed_name
+    ET.SubElement(volume, "capacity", {"unit": "bytes"}).text = "4096"
+    handle.createXML(ET.tostring(volume, encoding="unicode"), 0)
+    (pool[1] / spec.seed_name).write_bytes(b"truncated" * 100)
+
+    adapter.create(spec)
+
+    iso = pycdlib.PyCdlib()
+    iso.open(str(pool[1] / spec.seed_name))
+    out = io.BytesIO()
+    iso.get_file_from_iso_fp(out, rr_path="/user-data")
+    iso.close()
+    assert out.getvalue() == b"#cloud-config\nhostname: seven\n"
+    adapter.delete(spec.domain)
