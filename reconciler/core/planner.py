@@ -226,6 +226,9 @@ class _Planner:
         if unknown is not None:
             what = "its VM" if replaces is None else "a replacement"
             return _block(intent, f"host {unknown} is unreachable; {what} may already run there")
+        clash = self._name_clash(proxy, image, intent)
+        if clash is not None:
+            return clash
         host, why = self._place(proxy, prefer=prefer)
         if host is None:
             return _block(intent, why)
@@ -236,9 +239,6 @@ class _Planner:
         intent = dataclasses.replace(intent, host=host, domain=name, digest=digest)
         if len(name) > MAX_DOMAIN_NAME:
             return _block(intent, f"domain name is longer than {MAX_DOMAIN_NAME} characters")
-        if name in self.taken[host]:
-            holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"
-            return _block(intent, f"the domain name is held by {holder} on {host}")
         self.load[host] += 1
         reason = f"new VM {why}"
         if replaces is not None:
@@ -255,17 +255,42 @@ class _Planner:
             where.add(proxy.placement.host)
         return next((h for h in sorted(where) if h not in self.reachable), None)
 
+    def _name_clash(self, proxy: Proxy, image: Image | None, intent: Action) -> Action | None:
+        """Blocked when the name the new VM would get on any host it may go to is taken there.
+
+        Checked over every candidate host, not just the one placement picks, so
+        that the block does not come and go with the load of the zone: a
+        foreign domain under our name may be our VM without its metadata.
+        """
+        for host in self._targets(proxy):
+            digest = self._digest(proxy, image, host) if host in self.reachable else None
+            if digest is None:
+                continue
+            name = domain_name(self.fleet.name, proxy.name, digest)
+            if name not in self.taken[host]:
+                continue
+            holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"
+            return _block(
+                dataclasses.replace(intent, host=host, domain=name, digest=digest),
+                f"the domain name is held by {holder} on {host}",
+            )
+        return None
+
+    def _targets(self, proxy: Proxy) -> list[str]:
+        """The hosts of fleet.yaml a new VM of ``proxy`` may go to: its pin, or its zone."""
+        pin = proxy.placement.host
+        if pin is not None:
+            return [pin] if pin in self.hosts else []
+        return self.zones.get(proxy.placement.zone, [])
+
     def _place(self, proxy: Proxy, *, prefer: str | None) -> tuple[str | None, str]:
         """The host a new VM goes to (and why), or None and the reason there is none."""
         zone, pin = proxy.placement.zone, proxy.placement.host
-        if pin is not None:
-            if pin not in self.hosts:
+        candidates = self._targets(proxy)
+        if not candidates:
+            if pin is not None:
                 return None, f"pinned host {pin} is not in fleet.yaml"
-            candidates = [pin]
-        else:
-            candidates = self.zones.get(zone, [])
-            if not candidates:
-                return None, f"zone {zone} has no hosts in fleet.yaml"
+            return None, f"zone {zone} has no hosts in fleet.yaml"
         free = [h for h in candidates if h in self.reachable and self._has_room(h)]
         if prefer in free:
             return prefer, f"on {prefer}, beside the VM it replaces"
@@ -296,16 +321,27 @@ class _Planner:
         return action
 
     def _gate_deletes(self, proposed: Iterable[Action]) -> list[Action]:
-        """An empty desired set, then maxDeletesPerRun: which deletes may go, by host and domain."""
+        """An empty desired set, then maxDeletesPerRun: which deletes may go, by host and domain.
+
+        A replace counts as a delete: the executor deletes the old VM in the
+        same run once the new one is healthy. Creates and starts never count.
+        """
         actions = list(proposed)
         if not self.repo.proxies and not self.policy.allow_empty:
             return [_block(a, EMPTY) if a.kind is DELETE else a for a in actions]
-        deletes = sorted((a.host or "", a.domain or "") for a in actions if a.kind is DELETE)
-        allowed = set(deletes[: max(self.policy.max_deletes_per_run, 0)])
+        victims = sorted(v for a in actions if (v := _victim(a)) is not None)
+        allowed = set(victims[: max(self.policy.max_deletes_per_run, 0)])
         limit = f"beyond maxDeletesPerRun ({self.policy.max_deletes_per_run})"
         return [
-            _block(a, limit)
-            if a.kind is DELETE and (a.host or "", a.domain or "") not in allowed
-            else a
+            _block(a, limit) if (v := _victim(a)) is not None and v not in allowed else a
             for a in actions
         ]
+
+
+def _victim(action: Action) -> tuple[str, str] | None:
+    """The (host, domain) an action deletes, now or (replace) once its new VM is healthy."""
+    if action.kind is DELETE and action.host and action.domain:
+        return (action.host, action.domain)
+    if action.kind is REPLACE and action.replaces is not None:
+        return (action.replaces.host, action.replaces.domain)
+    return None
