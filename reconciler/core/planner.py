@@ -7,9 +7,10 @@ mutating action; ``blocks`` says which) or abandon. The policy is
 rule and reason text; the tests in tests/plan_cases/ hold one case per rule.
 
 The order of the plan is part of its contract (the CLI prints it, tests pin
-it): proxies by name, each with its VMs (the kept one first, then by name and
-host); then VMs whose manifest is gone, by host and domain; then abandoned VMs,
-by host and domain.
+it): proxies by name, each with its actions (the kept VM or the replace first,
+then duplicates, then older VMs, each group by domain name and host); then VMs
+whose manifest is gone, by host and domain; then abandoned VMs, by host and
+domain.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
+from reconciler.model.plan import MUTATING
 
 CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
 REPLACE, DELETE = ActionKind.REPLACE, ActionKind.DELETE
 BLOCKED, ABANDON = ActionKind.BLOCKED, ActionKind.ABANDON
-MUTATING = frozenset({CREATE, START, REPLACE, DELETE})
 
 UP_TO_DATE = "up to date"
 SUSPENDED = "the fleet is suspended (policy.suspend)"
