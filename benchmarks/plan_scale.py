@@ -6,8 +6,8 @@ figures; asserts nothing (targets: under 1 s and under 200 MB peak RSS).
 The drift (10% of proxies, picked with a fixed seed) is split evenly between
 a changed spec (replace), a missing VM (create), a shut-off VM (start) and a
 VM whose manifest is gone (delete); maxDeletesPerRun 10 blocks most deletes
-and replaces;
-5% of hosts are unreachable, and every host also runs two foreign domains.
+and replaces; 5% of hosts are unreachable; every host also runs two foreign
+domains.
 """
 
 from __future__ import annotations
