@@ -1,0 +1,162 @@
+"""Whole cycles over the host adapter's own fake (reconciler.adapters.fakehost).
+
+FakeHypervisor keeps the real adapter's rules (image ensured before create,
+idempotent create, delete of foreign domains refused), so these cycles check
+that the engine calls hosts in an order a real host accepts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+
+import pytest
+from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
+
+from reconciler.adapters.fakehost import Call, FakeHypervisor
+from reconciler.engine.reconcile import Engine
+from reconciler.errors import TransientError
+from reconciler.model import ActionKind, DomainState
+from reconciler.model.report import ActionResult, Health, RunReport, RunResult
+from reconciler.model.settings import ApplySettings
+
+HOSTS = ("kvm01", "kvm02")
+
+
+class World:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.time = FakeTime()
+        self.prober = FakeProber()
+        self.hosts = {name: self._host(name) for name in HOSTS}
+        self.engine = Engine(
+            lambda host: self.hosts[host.name],
+            images=FakeImages(),
+            prober=self.prober,
+            settings=ApplySettings(observe_timeout=2.0),
+            runtime=self.time.runtime(threading.Event()),
+        )
+
+    def _host(self, name: str) -> FakeHypervisor:
+        fake = FakeHypervisor(name)
+        numbers = itertools.count(10)
+
+        def give_ip(call: Call) -> None:  # a created VM gets an address, as DHCP would
+            if call.method == "create" and call.target not in fake.addresses_of:
+                fake.addresses_of[call.target] = (f"198.51.100.{next(numbers)}",)
+
+        fake.on_call = give_ip
+        return fake
+
+    def write(self, *proxies: str, hostname_suffix: str = "") -> None:
+        host_text = "".join(HOST.replace("NAME", h) for h in HOSTS)
+        (self.root / "fleet.yaml").write_text(FLEET.replace("HOSTS\n", host_text))
+        text = "".join(PROXY.replace("NAME", p) for p in proxies)
+        (self.root / "proxies.yaml").write_text(
+            text.replace("hostname: ", f"hostname: {hostname_suffix}")
+        )
+
+    def cycle(self, revision: str = "r1") -> RunReport:
+        return self.engine.reconcile_once(self.root, revision=revision)
+
+    def mutations(self) -> list[tuple[str, Call]]:
+        return [(name, call) for name, host in self.hosts.items() for call in host.mutations]
+
+    def forget(self) -> None:
+        for host in self.hosts.values():
+            host.forget()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    w = World(tmp_path)
+    w.write("web-1", "web-2", "web-3")
+    return w
+
+
+def test_a_second_cycle_over_an_unchanged_world_makes_no_mutating_call(world: World) -> None:
+    first = world.cycle()
+    assert first.result is RunResult.SUCCESS
+    assert sorted(c.method for _, c in world.mutations()) == ["create"] * 3 + ["ensure_image"] * 2
+    world.forget()
+
+    second = world.cycle()
+
+    assert world.mutations() == []
+    assert second.outcomes == ()
+    assert [p.health for p in second.proxies] == [Health.HEALTHY] * 3
+
+
+def test_a_changed_spec_is_replaced_new_vm_first_and_then_the_cycle_is_quiet(world: World) -> None:
+    world.cycle()
+    world.write("web-1", "web-2", "web-3", hostname_suffix="v2-")
+    world.forget()
+
+    report = world.cycle("r2")
+
+    assert [o.action.kind for o in report.outcomes] == [ActionKind.REPLACE] * 3
+    assert {o.result for o in report.outcomes} == {ActionResult.SUCCEEDED}
+    for name, host in world.hosts.items():
+        order = [(c.method, c.target) for c in host.mutations]
+        creates = [i for i, (m, _) in enumerate(order) if m == "create"]
+        deletes = [i for i, (m, _) in enumerate(order) if m == "delete"]
+        assert len(creates) == len(deletes), name
+        for outcome in report.outcomes:
+            if outcome.action.host == name:
+                new, old = outcome.action.domain, outcome.action.replaces.domain  # type: ignore[union-attr]
+                assert order.index(("create", new)) < order.index(("delete", old))
+    world.forget()
+    world.cycle("r2")
+    assert world.mutations() == []
+
+
+def test_an_unreachable_host_blocks_its_deletes_and_its_proxies(world: World) -> None:
+    world.cycle()
+    world.hosts["kvm02"].unreachable = True
+    world.write("web-1")  # web-2 and web-3 are gone from the repo
+    world.forget()
+
+    report = world.cycle("r2")
+
+    assert all(name == "kvm01" for name, _ in world.mutations())
+    assert len(world.hosts["kvm02"].domains) == 1
+    assert [h.reachable for h in report.hosts] == [True, False]
+
+
+def test_transient_failures_are_retried_and_a_shut_off_vm_is_started(world: World) -> None:
+    world.cycle()
+    (domain,) = [d for d in world.hosts["kvm02"].domains]
+    world.hosts["kvm02"].set_state(domain, DomainState.SHUTOFF)
+    world.hosts["kvm02"].fail("start", TransientError("libvirtd busy", host="kvm02"), times=2)
+    world.forget()
+
+    report = world.cycle()
+
+    (outcome,) = report.outcomes
+    assert (outcome.action.kind, outcome.result, outcome.attempts) == (
+        ActionKind.START,
+        ActionResult.SUCCEEDED,
+        3,
+    )
+    assert world.hosts["kvm02"].domains[domain].state is DomainState.RUNNING
+    assert world.time.sleeps[:2] == [1.5, 3.0]
+
+
+def test_a_foreign_domain_is_never_touched(world: World) -> None:
+    world.hosts["kvm01"].add_domain("someone-elses-vm", DomainState.RUNNING)
+
+    world.cycle()
+    world.write()  # an empty repo: blocked by allowEmpty=false anyway
+    world.cycle("r2")
+
+    assert "someone-elses-vm" in world.hosts["kvm01"].domains
+    assert all(c.target != "someone-elses-vm" for _, c in world.mutations())
+
+
+def test_one_connection_per_host_lasts_until_the_engine_closes(world: World) -> None:
+    world.cycle()
+    world.cycle()
+    assert [h.closed for h in world.hosts.values()] == [0, 0]
+    world.engine.close()
+    assert [h.closed for h in world.hosts.values()] == [1, 1]
