@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
-from reconciler.errors import HostError
+from reconciler.errors import HostError, PermanentError
 
 if TYPE_CHECKING:
     from reconciler.adapters.baseimage import BaseImages
@@ -103,12 +103,20 @@ def check_host(
             if not session.call("virNetworkIsActive", lambda _c: net.isActive(), network=name):
                 raise _Failed(f"network {name!r} exists but is not active (virsh net-start {name})")
             return f"network {name!r} active"
-        iface = session.call(
-            "virInterfaceLookupByName", lambda c: c.interfaceLookupByName(name), bridge=name
-        )
+        try:
+            iface = session.call(
+                "virInterfaceLookupByName", lambda c: c.interfaceLookupByName(name), bridge=name
+            )
+        except PermanentError as exc:
+            if exc.code == libvirt.VIR_ERR_NO_INTERFACE:
+                raise _Failed(f"bridge {name!r} does not exist on the host") from exc
+            if exc.code == libvirt.VIR_ERR_NO_SUPPORT:
+                return f"bridge {name!r} not checked: libvirt has no interface driver here"
+            raise
         active = session.call("virInterfaceIsActive", lambda _c: iface.isActive(), bridge=name)
         if not active:
-            raise _Failed(f"bridge {name!r} exists but is down")
+            # Guests can attach to it; it only carries traffic once a port is up.
+            return f"bridge {name!r} present, link down (no port up yet?)"
         return f"bridge {name!r} up"
 
     def firmware() -> str:

@@ -9,9 +9,11 @@ Every test in this directory is marked ``integration``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import secrets
+import shutil
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
@@ -59,8 +61,23 @@ def libvirtd() -> Iterator[None]:
 def local_conn(libvirtd: None) -> Iterator[Any]:
     """A direct connection for the tests' own setup and assertions (not the code under test)."""
     conn = libvirt.open(LOCAL_URI)
+    sweep_leftovers(conn)
     yield conn
     conn.close()
+
+
+def sweep_leftovers(conn: Any) -> None:
+    """Undefine inactive pf-it-* pools and networks a killed session left behind.
+
+    Active ones may belong to a session running right now and stay.
+    """
+    for pool_handle in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_INACTIVE):
+        if pool_handle.name().startswith("pf-it-"):
+            remove_pool(pool_handle)
+    for net in conn.listAllNetworks(libvirt.VIR_CONNECT_LIST_NETWORKS_INACTIVE):
+        if net.name().startswith("pf-it-"):
+            with contextlib.suppress(libvirt.libvirtError):
+                net.undefine()
 
 
 @pytest.fixture(scope="session")
@@ -87,14 +104,22 @@ def pool(local_conn: Any) -> Iterator[tuple[str, Path]]:
     ET.SubElement(pool_xml, "name").text = name
     ET.SubElement(ET.SubElement(pool_xml, "target"), "path").text = str(directory)
     handle = local_conn.storagePoolDefineXML(ET.tostring(pool_xml, encoding="unicode"), 0)
-    handle.create(0)
-    yield name, directory
-    handle.refresh(0)
-    for volume in handle.listAllVolumes(0):
-        volume.delete(0)
-    handle.destroy()
-    handle.undefine()
-    directory.rmdir()
+    try:
+        handle.create(0)
+        yield name, directory
+    finally:
+        remove_pool(handle)
+
+
+def remove_pool(handle: Any) -> None:
+    """Stop and undefine a test pool and remove its directory, whatever state it is in."""
+    path = ET.fromstring(handle.XMLDesc(0)).findtext("target/path") or ""
+    with contextlib.suppress(libvirt.libvirtError):
+        handle.destroy()
+    with contextlib.suppress(libvirt.libvirtError):
+        handle.undefine()
+    if path.startswith("/var/tmp/pf-it-"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -106,10 +131,14 @@ def network(local_conn: Any) -> Iterator[str]:
     ET.SubElement(net_xml, "name").text = name
     ET.SubElement(net_xml, "bridge", {"name": f"pfit{suffix}", "stp": "on", "delay": "0"})
     handle = local_conn.networkDefineXML(ET.tostring(net_xml, encoding="unicode"))
-    handle.create()
-    yield name
-    handle.destroy()
-    handle.undefine()
+    try:
+        handle.create()
+        yield name
+    finally:
+        with contextlib.suppress(libvirt.libvirtError):
+            handle.destroy()
+        with contextlib.suppress(libvirt.libvirtError):
+            handle.undefine()
 
 
 @pytest.fixture(scope="session")

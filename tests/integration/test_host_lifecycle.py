@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from hostservices import BlankImage
 
 from reconciler.adapters.libvirthost import LibvirtHost
 from reconciler.errors import NotFoundError, PermanentError
-from reconciler.model import DomainState
+from reconciler.model import DomainState, Host, HostNetwork
 from reconciler.model.vm import VmSpec
 
 NVRAM_DIR = Path("/var/lib/libvirt/qemu/nvram")
@@ -239,3 +240,19 @@ def test_a_leftover_seed_from_an_interrupted_create_is_rebuilt(
     iso.close()
     assert out.getvalue() == b"#cloud-config\nhostname: seven\n"
     adapter.delete(spec.domain)
+
+
+def test_host_check_finds_an_existing_bridge_and_names_a_missing_one(
+    make_host: Callable[..., LibvirtHost], host: Host, network: str, local_conn: Any
+) -> None:
+    bridge = local_conn.networkLookupByName(network).bridgeName()
+    present = make_host(replace(host, network=HostNetwork("bridge", bridge)))
+    missing = make_host(replace(host, network=HostNetwork("bridge", "nosuchbr0")))
+
+    found = {i.name: i for i in present.host_check().items}
+    absent = {i.name: i for i in missing.host_check().items}
+
+    assert found["network"].ok, found["network"].detail
+    assert bridge in found["network"].detail
+    assert not absent["network"].ok
+    assert "'nosuchbr0' does not exist" in absent["network"].detail
