@@ -4,6 +4,7 @@ Every address the lab uses lies in 10.77.0.0/16 (host uplinks), 10.78.0.0/16 (gu
 bridges) and 10.79.0.1 (the probe address every host namespace answers on); these ranges
 exist only inside this machine: the root namespace routes each guest subnet to its host's
 veth, and the host namespaces have no default route, so nothing a guest sends leaves the lab.
+The probe listens on port 80 because squid configs commonly allow only ports 80 and 443.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ IMAGES_DIR = STATE / "images"
 IMAGE_SERVER_PID = STATE / "image-server.pid"
 IMAGE_PORT = int(os.environ.get("PROXYFLEET_LAB_IMAGE_PORT", "18787"))
 PROBE_ADDRESS = "10.79.0.1"
-PROBE_PORT = 8080
-PROBE_URL = f"http://{PROBE_ADDRESS}:{PROBE_PORT}/generate_204"
+PROBE_PORT = 80
+PROBE_URL = f"http://{PROBE_ADDRESS}/generate_204"
 NETNS_PREFIX = "pfhost"
 MAX_HOSTS = 50
 

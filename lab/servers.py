@@ -5,7 +5,7 @@ image over its real HTTP path. ``probe``: runs inside each host namespace and an
 ``/generate_204`` with 204, so the proxies' health probes never leave the lab.
 
     python -m lab.servers images --root DIR --port 18787
-    python -m lab.servers probe --port 8080
+    python -m lab.servers probe --port 80
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     images.add_argument("--port", type=int, required=True)
     probe = sub.add_parser("probe")
     probe.add_argument("--bind", default="0.0.0.0")
-    probe.add_argument("--port", type=int, default=8080)
+    probe.add_argument("--port", type=int, default=80)
     args = parser.parse_args(argv)
     handler: Any = _Probe
     if args.which == "images":
