@@ -266,9 +266,11 @@ class LibvirtSession:
         )
         if conn is None or conn is self._conn:
             bridge = self._bridge
-            if bridge is not None:
-                bridge.close()
-            self._ssh.close()
+            try:
+                if bridge is not None:
+                    bridge.close()
+            finally:
+                self._ssh.close()
 
     def _drop(self, conn: Any, *, reason: str) -> None:
         with self._lock:
@@ -281,10 +283,12 @@ class LibvirtSession:
         # may still be inside a call on it; it closes when the last reference
         # goes. Closing the SSH link makes any such call return at once.
         self._conn = None
-        if self._bridge is not None:
-            self._bridge.close()
-            self._bridge = None
-        self._ssh.close()
+        bridge, self._bridge = self._bridge, None
+        try:
+            if bridge is not None:
+                bridge.close()
+        finally:
+            self._ssh.close()
 
     def _failed(
         self,

@@ -407,7 +407,7 @@ class SocketBridge:
         with self._lock:
             stale, self._prepared = self._prepared, [channel]
         for old in stale:
-            old.close()
+            _close_channel(old)
 
     def close(self) -> None:
         """Stop accepting, close every pumped connection, remove the directory. Idempotent."""
@@ -420,7 +420,7 @@ class SocketBridge:
             sockets = list(self._live)
             self._prepared.clear()
         for channel in channels:
-            channel.close()
+            _close_channel(channel)
         for sock in sockets:
             _close_quietly(sock)
         self._acceptor.join(timeout=2)
@@ -498,11 +498,17 @@ class SocketBridge:
             self._finish(client, channel)
 
     def _finish(self, client: socket.socket, channel: paramiko.Channel) -> None:
-        channel.close()
+        _close_channel(channel)
         _close_quietly(client)
         with self._lock:
             self._live.discard(client)
             self._channels.discard(channel)
+
+
+def _close_channel(channel: paramiko.Channel) -> None:
+    """Closing sends a message; on a transport that just died that fails, and that is fine."""
+    with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+        channel.close()
 
 
 def _close_quietly(sock: socket.socket) -> None:

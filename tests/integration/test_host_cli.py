@@ -15,6 +15,9 @@ from reconciler.core.inventory import parse_inventory
 from reconciler.model import Host
 from reconciler.model.vm import VmSpec
 
+# A pump or watchdog thread dying with an exception is a bug, not noise.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 def fleet_repo(root: Path, host: Host, *, fleet: str = "it") -> Path:
     root.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,9 @@ from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image, ImageFormat
 from reconciler.model.vm import VmSpec, base_volume_name
 
+# A pump or watchdog thread dying with an exception is a bug, not noise.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 MUTATING_RPCS = ("virStorageVolCreateXML", "virStorageVolUpload", "virStorageVolDelete")
 
 

@@ -19,6 +19,9 @@ from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Host, HostNetwork
 from reconciler.model.vm import VmSpec
 
+# A pump or watchdog thread dying with an exception is a bug, not noise.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 NVRAM_DIR = Path("/var/lib/libvirt/qemu/nvram")
 
 

@@ -17,6 +17,9 @@ from reconciler.errors import NotFoundError
 from reconciler.model import CloudInit
 from reconciler.model.vm import VmSpec
 
+# A pump or watchdog thread dying with an exception is a bug, not noise.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 CANARY = "CANARY-7f3a9c-never-log-me"
 
 

@@ -20,6 +20,9 @@ from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
+# A pump or watchdog thread dying with an exception is a bug, not noise.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 def server_fingerprint(keys: SshKeys) -> str:
     out = subprocess.run(
