@@ -1,0 +1,150 @@
+"""``make demo``: the example fleet, for real, on the lab.
+
+Brings up the lab (one host per host of the example), builds or reuses the guest image,
+renders a copy of ``examples/fleet-repo`` that points at the lab into a local git repo, shows
+``proxyfleet plan``, runs ``proxyfleet apply``, then lists every proxy with host, IP and
+health and says how to look further and how to tear down.
+
+The rendering changes only what the lab must: each image's URL and sha256 (the lab image,
+which boots by either firmware, so each key keeps its own ``firmware``), the hosts (one lab
+host per example host, keeping its zone and maxProxies; host pins follow the renaming) and
+each proxy's health probe (the lab has no internet; every lab host answers
+``http://10.79.0.1/generate_204``). userData is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from lab import cli, config
+
+EXAMPLE = config.LAB_DIR.parent / "examples" / "fleet-repo"
+DEMO = config.STATE / "demo"
+REPO = DEMO / "fleet-repo"
+PF_STATE = DEMO / "proxyfleet-state"
+
+
+def _yaml() -> YAML:
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    return yaml
+
+
+def render(lab: dict[str, Any]) -> Path:
+    """Copy the example repo into a fresh git repo under lab/state/demo, pointed at the lab."""
+    shutil.rmtree(REPO, ignore_errors=True)
+    shutil.copytree(EXAMPLE, REPO)
+    yaml = _yaml()
+    fleet_file = REPO / "fleet.yaml"
+    fleet = yaml.load(fleet_file)
+    spec = fleet["spec"]
+    for image in spec["images"].values():
+        image["url"] = lab["image"]["url"]
+        image["sha256"] = lab["image"]["sha256"]
+        image["format"] = "qcow2"
+    renamed: dict[str, str] = {}
+    hosts = []
+    for example, host in zip(spec["hosts"], lab["hosts"], strict=True):
+        renamed[str(example["name"])] = host["name"]
+        entry = {
+            "name": host["name"],
+            "address": host["address"],
+            "port": host["port"],
+            "user": host["user"],
+            "zone": example["zone"],
+            "pool": "default",
+            "network": {"bridge": "br0"},
+            "domainType": "qemu",
+            "cpuMode": "none",
+        }
+        if "maxProxies" in example:
+            entry["maxProxies"] = example["maxProxies"]
+        hosts.append(entry)
+    spec["hosts"] = hosts
+    yaml.dump(fleet, fleet_file)
+    for path in sorted(REPO.rglob("*.yaml")):
+        if path == fleet_file:
+            continue
+        docs = list(yaml.load_all(path))
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "Proxy":
+                health = doc["spec"].setdefault("health", {})
+                health["probeURL"] = lab["probeUrl"]
+                health["expectStatus"] = 204
+                placement = doc["spec"]["placement"]
+                if placement.get("host") in renamed:
+                    placement["host"] = renamed[placement["host"]]
+        yaml.dump_all(docs, path)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "lab",
+        "GIT_AUTHOR_EMAIL": "lab@localhost",
+        "GIT_COMMITTER_NAME": "lab",
+        "GIT_COMMITTER_EMAIL": "lab@localhost",
+    }
+    for cmd in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "Example fleet, rendered for the lab"],
+    ):
+        subprocess.run(cmd, cwd=REPO, check=True, env=env)
+    return REPO
+
+
+def proxyfleet(*args: str) -> int:
+    cmd = [sys.executable, "-m", "reconciler", *args]
+    print(f"\n$ proxyfleet {' '.join(args)}", flush=True)
+    return subprocess.run(cmd, check=False).returncode
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        print("make demo needs root (the lab makes namespaces, links and mounts)", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    example_hosts = len(_yaml().load(EXAMPLE / "fleet.yaml")["spec"]["hosts"])
+    print(f"== lab up ({example_hosts} hosts, one per host of the example fleet)", flush=True)
+    cli.up(example_hosts)
+    print("\n== guest image", flush=True)
+    cli.image(force=False)
+    lab = json.loads(config.LAB_JSON.read_text())
+    print(f"\n== rendering {EXAMPLE.relative_to(config.LAB_DIR.parent)} for the lab", flush=True)
+    repo = render(lab)
+    print(f"fleet repo: {repo} (a git repo; fleet.yaml points at the lab hosts)")
+    access = ["--repo", str(repo), "--ssh-key", lab["sshKey"], "--known-hosts", lab["knownHosts"]]
+    if proxyfleet("validate", str(repo)) != 0:
+        return 1
+    if proxyfleet("plan", *access) == 1:
+        return 1
+    code = proxyfleet("apply", "--yes", *access, "--state-dir", str(PF_STATE))
+    proxyfleet("inventory", *access)
+    minutes = (time.monotonic() - started) / 60
+    key, known = lab["sshKey"], lab["knownHosts"]
+    print(
+        f"\n== done in {minutes:.1f} min (apply exit {code})\n"
+        "Look further:\n"
+        f"  .venv/bin/proxyfleet plan {' '.join(access)}\n"
+        f"  .venv/bin/python -m lab status\n"
+        f"  ssh -i {key} -o UserKnownHostsFile={known} root@10.77.1.2 "
+        "virsh -c qemu:///system list --all\n"
+        "  curl -x http://<proxy IP>:3128 http://10.79.0.1/generate_204 -w '%{http_code}\\n'\n"
+        f"  edit {repo}/proxies/*.yaml, commit, and run apply again\n"
+        "Tear down:\n"
+        "  make lab-down      (removes every namespace, process, bridge and route of the lab)",
+        flush=True,
+    )
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
