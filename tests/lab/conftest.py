@@ -23,9 +23,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def lab() -> Iterator[dict[str, Any]]:
-    """A 2-host lab (and the image, built or reused); lab.json's content. Down afterwards."""
-    lab_cli("up", "--hosts", "2")
+def lab_session() -> Iterator[None]:
+    """The image, built or reused, once per session; the lab goes down when the session ends."""
     lab_cli("image", timeout=3600)
-    yield json.loads((ROOT / "lab" / "state" / "lab.json").read_text())
+    yield
     lab_cli("down")
+
+
+@pytest.fixture(scope="module")
+def lab(lab_session: None) -> dict[str, Any]:
+    """A 2-host lab for this module; lab.json's content. ``up`` is idempotent and cheap when
+    the lab already runs, and brings it back if a test (test_lab_hosts) took it down."""
+    lab_cli("up", "--hosts", "2")
+    return dict(json.loads((ROOT / "lab" / "state" / "lab.json").read_text()))
