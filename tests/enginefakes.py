@@ -29,6 +29,7 @@ from reconciler.model import (
     Image,
     Lifecycle,
     MachineType,
+    Owner,
     Placement,
     Policy,
     Proxy,
@@ -39,7 +40,7 @@ from reconciler.model.report import RunReport
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import VmSpec
 
-MUTATING_CALLS = frozenset({"ensure_image", "create", "start", "delete"})
+MUTATING_CALLS = frozenset({"ensure_image", "create", "start", "set_owner", "delete"})
 
 
 class FakeTime:
@@ -215,6 +216,14 @@ class LocalFakeHost:
                 raise NotFoundError(f"no domain {domain}", host=self._name, rpc="virDomainCreate")
             old = self.domains[domain]
             self.domains[domain] = Domain(domain, DomainState.RUNNING, old.owner)
+
+    def set_owner(self, domain: str, owner: Owner) -> None:
+        self._mutate("set_owner", domain)
+        with self._lock:
+            if domain not in self.domains:
+                raise NotFoundError(f"no domain {domain}", host=self._name, rpc="virDomainLookup")
+            old = self.domains[domain]
+            self.domains[domain] = Domain(domain, old.state, owner)
 
     def delete(self, domain: str) -> None:
         self._mutate("delete", domain)

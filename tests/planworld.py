@@ -1,7 +1,8 @@
 """Compact worlds for planner tests: a fleet, proxies and an inventory from plain data.
 
 The plan case files (tests/plan_cases/*.yaml) and the property tests both build
-their input through here, so a case reads like the situation it describes::
+their input through here, so a case reads like the situation it describes
+(``apply_plan`` then plays a plan out in such a world)::
 
     fleet:                        # everything optional
       name: home
@@ -16,6 +17,7 @@ their input through here, so a case reads like the situation it describes::
       kvm01:
         - {proxy: web-1, state: running}          # owned, current digest
         - {proxy: web-1, digest: old}             # owned, a stale digest
+        - {proxy: web-1, protect: false}          # recorded protect (default: the manifest's)
         - {proxy: web-1, digest: "as-on:kvm02"}   # the digest it would have on kvm02
         - {proxy: web, fleet: home-a, digest: "of:a-web"}  # a-web's digest
         - {name: win11, state: shutoff}           # foreign: no owner
@@ -27,11 +29,14 @@ An owned domain's name defaults to ``pf-<fleet>-<proxy>-<digest[:8]>``; a
 digest label is ``current``, ``as-on:<host>`` (what it would be on another
 host), ``of:<proxy>`` (another proxy's current digest here) or any other
 text, which becomes sha256(text); ``current`` (the default) for a proxy the
-case does not list is sha256 of some text too.
+case does not list is sha256 of some text too. An owned VM's recorded
+``protect`` defaults to its manifest's ``lifecycle.protect`` (what the VM was
+created with), or false without a manifest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +44,7 @@ from typing import Any
 from reconciler.core.digest import proxy_digest
 from reconciler.core.naming import domain_name, resolve_image
 from reconciler.model import (
+    ActionKind,
     CloudInit,
     Domain,
     DomainState,
@@ -53,6 +59,7 @@ from reconciler.model import (
     MachineType,
     Owner,
     Placement,
+    Plan,
     Policy,
     Proxy,
     Repo,
@@ -149,7 +156,10 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
         return Domain(name=name, state=state, owner=None)
     fleet = raw.get("fleet", repo.fleet.name)
     digest = _digest(repo, raw["proxy"], host, raw.get("digest", "current"))
-    owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=raw.get("protect", False))
+    manifest = repo.proxy(raw["proxy"]) if fleet == repo.fleet.name else None
+    recorded = manifest.lifecycle.protect if manifest is not None else False
+    protect = raw.get("protect", recorded)
+    owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=protect)
     name = raw.get("name", domain_name(fleet, raw["proxy"], digest))
     return Domain(name=name, state=state, owner=owner)
 
@@ -164,3 +174,39 @@ def _digest(repo: Repo, proxy: str, host: str, label: str) -> str:
     if label.startswith("of:"):
         return desired_digest(repo, label.removeprefix("of:"), host)
     return hashlib.sha256(label.encode()).hexdigest()
+
+
+def apply_plan(
+    repo: Repo, inventory: Inventory, result: Plan, *, healthy: bool = False
+) -> Inventory:
+    """The simulated world after every unblocked action succeeded (new VMs come up running).
+
+    ``healthy``: a replacement passed its health check in this run, so the
+    executor deleted the old VM too; otherwise the old VM is left for a later run.
+    """
+    hosts = {h.name: {d.name: d for d in h.domains} for h in inventory.hosts}
+    for a in result.actions:
+        host = hosts.get(a.host or "")
+        if a.kind in (ActionKind.CREATE, ActionKind.REPLACE):
+            assert host is not None and a.domain and a.proxy and a.digest
+            assert a.domain not in host, "a new VM would overwrite a domain"
+            proxy = repo.proxy(a.proxy)
+            assert proxy is not None
+            owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
+            host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
+            if a.replaces is not None and healthy:
+                del hosts[a.replaces.host][a.replaces.domain]
+        elif a.kind is ActionKind.START:
+            assert host is not None and a.domain in host
+            host[a.domain] = dataclasses.replace(host[a.domain], state=DomainState.RUNNING)
+        elif a.kind is ActionKind.RELABEL:
+            assert host is not None and a.domain in host and a.owner is not None
+            host[a.domain] = dataclasses.replace(host[a.domain], owner=a.owner)
+        elif a.kind is ActionKind.DELETE:
+            assert host is not None and a.domain in host
+            del host[a.domain]
+    return Inventory(
+        hosts=tuple(
+            dataclasses.replace(h, domains=tuple(hosts[h.name].values())) for h in inventory.hosts
+        )
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 
@@ -259,6 +260,47 @@ def test_start_starts_a_shut_off_domain() -> None:
 
     assert outcome.result is ActionResult.SUCCEEDED
     assert host.domains["pf-home-a-dddddddd"].state is DomainState.RUNNING
+
+
+def test_relabel_writes_the_owner_record_the_plan_carries_and_nothing_else() -> None:
+    run, host = one_host_run("a")
+    name = "pf-home-a-dddddddd"
+    recorded = Owner("home", "a", DIGEST, "debian-12", "ab" * 32, "r0", "2026-01-01T00:00:00")
+    host.domains[name] = Domain(name, DomainState.SHUTOFF, recorded)
+    wanted = dataclasses.replace(recorded, protect=True)
+    action = Action(ActionKind.RELABEL, "protect", "a", "kvm01", name, DIGEST, owner=wanted)
+
+    (outcome,) = run.execute(action)
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    assert host.calls == [("set_owner", name)]
+    assert host.domains[name] == Domain(name, DomainState.SHUTOFF, wanted)
+    assert run.images.calls == []
+
+
+def test_a_relabel_without_an_owner_record_fails_without_a_host_call() -> None:
+    run, host = one_host_run("a")
+    action = Action(ActionKind.RELABEL, "protect", "a", "kvm01", "pf-home-a-dddddddd", DIGEST)
+
+    (outcome,) = run.execute(action)
+
+    assert outcome.result is ActionResult.FAILED
+    assert outcome.error == "the plan's relabel action has no owner record"
+    assert host.calls == []
+
+
+def test_a_relabel_of_a_vanished_domain_fails_and_the_other_actions_go_on() -> None:
+    run, host = one_host_run("a", "b")
+    owner = Owner("home", "a", DIGEST, protect=True)
+    relabel = Action(
+        ActionKind.RELABEL, "protect", "a", "kvm01", "pf-home-a-dddddddd", DIGEST, owner=owner
+    )
+
+    outcomes = run.execute(relabel, create("b"))
+
+    assert [o.result for o in outcomes] == [ActionResult.FAILED, ActionResult.SUCCEEDED]
+    assert "no domain pf-home-a-dddddddd" in outcomes[0].error
+    assert set(host.domains) == {"pf-home-b-dddddddd"}
 
 
 def test_deleting_a_domain_that_is_already_gone_counts_as_done() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,28 @@ def test_delete_of_a_gone_domain_succeeds_without_mutation_and_a_foreign_one_is_
 
     assert fake.mutations == []
     assert [d.name for d in fake.observe().domains] == ["someone-elses"]
+
+
+def test_set_owner_rewrites_only_the_owner_and_refuses_foreign_or_other_vms() -> None:
+    fake = running()
+    fake.add_domain("someone-elses", DomainState.SHUTOFF)
+    recorded = spec().owner
+    protected = replace(recorded, protect=True)
+
+    fake.set_owner(spec().domain, protected)
+    fake.set_owner(spec().domain, protected)  # the same again: no mutation
+    with pytest.raises(PermanentError, match="refusing to rewrite the owner"):
+        fake.set_owner("someone-elses", protected)
+    with pytest.raises(PermanentError, match="refusing to rewrite the owner"):
+        fake.set_owner(spec().domain, replace(protected, proxy="web-2"))
+    with pytest.raises(NotFoundError):
+        fake.set_owner("pf-home-gone-00000000", protected)
+
+    seen = {d.name: d for d in fake.observe().domains}
+    assert seen[spec().domain].owner == protected
+    assert seen[spec().domain].state is DomainState.RUNNING
+    assert seen["someone-elses"].owner is None
+    assert fake.mutations == [Call("set_owner", spec().domain)]
 
 
 def test_start_and_addresses_of_a_missing_domain_are_not_found() -> None:

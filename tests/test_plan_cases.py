@@ -2,9 +2,15 @@
 
 A case lists the whole expected plan, in order. Each expected action compares
 ``action``, ``proxy``, ``host``, ``blocks`` and ``replaces`` always (left out
-means "none"), ``domain`` when given, and ``reason`` as a substring when given.
+means "none"), ``domain`` when given, ``reason`` as a substring when given, and
+``protect`` (the flag a relabel writes) when given.
 On top of its own expectations every case must hold the invariants below. A
 case with ``xfail: <why>`` documents a known gap and must fail (strict).
+
+A case may go on with ``then: {proxies: [...], fleet: {...}, expect: [...]}``:
+its plan is played out (planworld.apply_plan: every unblocked action
+succeeds), the repo becomes ``then``'s proxies (and fleet, by default the
+case's), and ``then.expect`` is the whole plan of that second run.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planworld import build_inventory, build_repo, desired_digest
+from planworld import apply_plan, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
 from reconciler.core.naming import domain_name
@@ -53,13 +59,22 @@ def test_plan_case(path: Path) -> None:
     case = _load(path)
     repo = build_repo(case.get("fleet"), case.get("proxies") or [])
     inventory = build_inventory(repo, case.get("inventory"))
+    result = _step(repo, inventory, case.get("expect") or [])
+    then = case.get("then")
+    if then is not None:
+        after = apply_plan(repo, inventory, result)
+        repo = build_repo(then.get("fleet", case.get("fleet")), then.get("proxies") or [])
+        _step(repo, after, then.get("expect") or [])
+
+
+def _step(repo: Repo, inventory: Inventory, expected: list[dict[str, Any]]) -> Plan:
     result = plan(repo, inventory)
     _assert_invariants(repo, inventory, result)
-    expected = case.get("expect") or []
     got = [_render(a) for a in result.actions]
     assert len(result.actions) == len(expected), "\n".join(got)
     for action, want in zip(result.actions, expected, strict=True):
         assert _matches(action, want), f"expected {want}\n got:\n" + "\n".join(got)
+    return result
 
 
 def _render(a: Action) -> str:
@@ -77,6 +92,8 @@ def _matches(action: Action, want: dict[str, Any]) -> bool:
         action.blocks == blocks,
         want.get("reason", "") in action.reason,
         "domain" not in want or action.domain == want["domain"],
+        "protect" not in want
+        or (action.owner is not None and action.owner.protect == want["protect"]),
     ]
     replaces = want.get("replaces")
     if replaces is None:
@@ -97,6 +114,7 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
         assert a.host is None or a.host in reachable, f"{a} targets an unreachable host"
         assert a.replaces is None or a.replaces.host in reachable
         assert (a.kind is ActionKind.BLOCKED) == (a.blocks is not None)
+        assert (a.owner is not None) == (ActionKind.RELABEL in (a.kind, a.blocks))
         new_vm = a.kind in (ActionKind.CREATE, ActionKind.REPLACE)
         if new_vm or (a.blocks in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
             assert a.proxy is not None and a.host is not None and a.digest is not None

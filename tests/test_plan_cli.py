@@ -16,7 +16,15 @@ from reconciler.core.naming import domain_name, resolve_image
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner, Repo
 
 
-def _vm(repo: Repo, proxy_name: str, host_name: str, *, stale: bool = False) -> Domain:
+def _vm(
+    repo: Repo,
+    proxy_name: str,
+    host_name: str,
+    *,
+    stale: bool = False,
+    protect: bool | None = None,
+) -> Domain:
+    """The VM as created under the manifest; ``protect`` overrides the recorded flag."""
     proxy = repo.proxy(proxy_name)
     host = repo.fleet.host(host_name)
     assert proxy is not None and host is not None
@@ -26,7 +34,9 @@ def _vm(repo: Repo, proxy_name: str, host_name: str, *, stale: bool = False) -> 
     if stale:
         digest = "0" * 64
     name = domain_name(repo.fleet.name, proxy_name, digest)
-    return Domain(name, DomainState.RUNNING, Owner(repo.fleet.name, proxy_name, digest))
+    recorded = proxy.lifecycle.protect if protect is None else protect
+    owner = Owner(repo.fleet.name, proxy_name, digest, protect=recorded)
+    return Domain(name, DomainState.RUNNING, owner)
 
 
 def _converged(repo: Repo) -> Inventory:
@@ -90,7 +100,9 @@ def test_a_drifted_fleet_lists_changes_with_symbols_and_exits_2(
         line.startswith("  - delete") and "pf-home-retired-11111111" in line for line in lines
     )
     assert any(line.startswith("  ! blocked create") for line in lines)
-    assert lines[-1].startswith("Plan: 1 to create, 0 to start, 1 to replace, 1 to delete, ")
+    assert lines[-1].startswith(
+        "Plan: 1 to create, 0 to start, 0 to relabel, 1 to replace, 1 to delete, "
+    )
 
 
 def test_json_output_has_the_documented_fields_and_summary(
@@ -106,6 +118,7 @@ def test_json_output_has_the_documented_fields_and_summary(
         "create",
         "keep",
         "start",
+        "relabel",
         "replace",
         "delete",
         "blocked",
@@ -120,6 +133,38 @@ def test_json_output_has_the_documented_fields_and_summary(
     assert blocked and all(a["blocks"] and a["reason"] for a in blocked)
     for kind, count in document["summary"].items():
         assert count == sum(a["action"] == kind for a in document["actions"])
+
+
+def test_a_changed_protect_flag_is_a_relabel_listed_with_a_tilde_and_exits_2(
+    example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = load_repo(example_repo)
+    protected = next(p for p in repo.proxies if p.lifecycle.protect)
+    converged = _converged(repo)
+    hosts = []
+    for host in converged.hosts:
+        domains = [
+            _vm(repo, protected.name, host.name, protect=False)
+            if d.owner is not None and d.owner.proxy == protected.name
+            else d
+            for d in host.domains
+        ]
+        hosts.append(HostInventory(host.name, True, domains=tuple(domains)))
+    inventory = _write(tmp_path, Inventory(hosts=tuple(hosts)))
+
+    code = main(["plan", "--repo", str(example_repo), "--inventory", str(inventory)])
+    out = capsys.readouterr().out
+    code_json = main(["plan", "--repo", str(example_repo), "--inventory", str(inventory), "--json"])
+    document = json.loads(capsys.readouterr().out)
+
+    assert code == code_json == 2
+    lines = out.splitlines()
+    assert lines[0].startswith(f"  ~ relabel         {protected.name} on ")
+    assert lines[1] == "      protect: false -> true in the VM's metadata"
+    assert lines[-1].startswith("Plan: 0 to create, 0 to start, 1 to relabel, 0 to replace, ")
+    assert document["summary"]["relabel"] == 1
+    (relabel,) = [a for a in document["actions"] if a["action"] == "relabel"]
+    assert relabel["proxy"] == protected.name
 
 
 def test_an_invalid_inventory_exits_1_naming_file_and_field(

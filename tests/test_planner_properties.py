@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planworld import build_inventory, build_repo, desired_digest
+from planworld import apply_plan, build_inventory, build_repo, desired_digest
 
 from reconciler.core.planner import plan
 from reconciler.model import (
@@ -29,10 +29,10 @@ from reconciler.model import (
     Plan,
     Repo,
 )
+from reconciler.model.plan import MUTATING
 
 HOSTS = ("kvm01", "kvm02", "kvm03", "kvm04")
 PROXIES = ("web-0", "web-1", "web-2", "web-3", "web-4")
-MUTATING = (ActionKind.CREATE, ActionKind.START, ActionKind.REPLACE, ActionKind.DELETE)
 EXAMPLES = settings(max_examples=200, deadline=None)
 
 
@@ -196,11 +196,31 @@ def test_every_safety_rule_holds_in_any_world(world: tuple[Repo, Inventory]) -> 
         if a.kind is ActionKind.DELETE and manifest is not None:
             assert not manifest.lifecycle.protect
     _assert_nothing_running_goes_before_its_replacement_runs(repo, inventory, actions)
+    _assert_relabels_change_only_protect_to_the_manifests(repo, owners, actions)
     for a in actions:
         if a.kind is ActionKind.REPLACE:
             replaced = repo.proxy(a.proxy or "")
             assert replaced is not None and not replaced.lifecycle.protect
     assert plan(repo, inventory) == plan(repo, inventory)
+
+
+def _assert_relabels_change_only_protect_to_the_manifests(
+    repo: Repo, owners: dict[tuple[str, str], Owner], actions: tuple[Action, ...]
+) -> None:
+    """A relabel follows its VM's own action, on an owned VM of a proxy with a manifest."""
+    for before, a in zip((None, *actions), actions, strict=False):
+        if a.kind is not ActionKind.RELABEL:
+            continue
+        recorded = owners.get((a.host or "", a.domain or ""))
+        assert recorded is not None and recorded.fleet == repo.fleet.name, "foreign VM touched"
+        assert repo.fleet.host(a.host or "") is not None, "VM on a removed host touched"
+        manifest = repo.proxy(recorded.proxy)
+        assert manifest is not None and recorded.protect != manifest.lifecycle.protect
+        assert a.owner == dataclasses.replace(recorded, protect=manifest.lifecycle.protect)
+        assert before is not None and before.kind not in (ActionKind.DELETE, ActionKind.REPLACE)
+        assert (before.host, before.domain) == (a.host, a.domain) or (
+            before.replaces == DomainRef(a.host or "", a.domain or "")
+        ), f"{a} does not follow the action of its VM"
 
 
 def _assert_nothing_running_goes_before_its_replacement_runs(
@@ -218,37 +238,6 @@ def _assert_nothing_running_goes_before_its_replacement_runs(
         kept = [k for k in actions if k.proxy == a.proxy and k.kind is ActionKind.KEEP]
         assert kept, f"{a} deletes a VM of {a.proxy} but keeps none"
         assert states[(kept[0].host or "", kept[0].domain or "")] is DomainState.RUNNING, a
-
-
-def apply(repo: Repo, inventory: Inventory, result: Plan, *, healthy: bool = False) -> Inventory:
-    """The simulated world after every unblocked action succeeded (new VMs come up running).
-
-    ``healthy``: a replacement passed its health check in this run, so the
-    executor deleted the old VM too; otherwise the old VM is left for a later run.
-    """
-    hosts = {h.name: {d.name: d for d in h.domains} for h in inventory.hosts}
-    for a in result.actions:
-        host = hosts.get(a.host or "")
-        if a.kind in (ActionKind.CREATE, ActionKind.REPLACE):
-            assert host is not None and a.domain and a.proxy and a.digest
-            assert a.domain not in host, "a new VM would overwrite a domain"
-            proxy = repo.proxy(a.proxy)
-            assert proxy is not None
-            owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
-            host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
-            if a.replaces is not None and healthy:
-                del hosts[a.replaces.host][a.replaces.domain]
-        elif a.kind is ActionKind.START:
-            assert host is not None and a.domain in host
-            host[a.domain] = dataclasses.replace(host[a.domain], state=DomainState.RUNNING)
-        elif a.kind is ActionKind.DELETE:
-            assert host is not None and a.domain in host
-            del host[a.domain]
-    return Inventory(
-        hosts=tuple(
-            dataclasses.replace(h, domains=tuple(hosts[h.name].values())) for h in inventory.hosts
-        )
-    )
 
 
 def _second_steps(first: Plan) -> set[tuple[str | None, str | None]]:
@@ -274,13 +263,13 @@ def test_planning_again_after_applying_leaves_only_keeps_and_second_steps(
 ) -> None:
     repo, inventory = world
     first = plan(repo, inventory)
-    second = plan(repo, apply(repo, inventory, first, healthy=healthy))
+    second = plan(repo, apply_plan(repo, inventory, first, healthy=healthy))
     second_steps = _second_steps(first)
     for a in second.actions:
         assert a.kind not in (ActionKind.CREATE, ActionKind.START), a
         if a.kind is ActionKind.REPLACE:
             assert (a.proxy, a.replaces) in _limited_replaces(first), a
-        if a.kind is ActionKind.DELETE:
+        if a.kind in (ActionKind.DELETE, ActionKind.RELABEL):
             assert (a.host, a.domain) in second_steps, a
 
 
@@ -292,7 +281,7 @@ def test_applying_plans_reaches_a_plan_without_changes(world: tuple[Repo, Invent
         result = plan(repo, inventory)
         if not any(a.kind in MUTATING for a in result.actions):
             return
-        inventory = apply(repo, inventory, result, healthy=len(result.actions) % 2 == 0)
+        inventory = apply_plan(repo, inventory, result, healthy=len(result.actions) % 2 == 0)
     raise AssertionError(f"still changing after 12 rounds: {result.actions}")
 
 

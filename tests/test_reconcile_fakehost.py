@@ -49,10 +49,13 @@ class World:
         fake.on_call = give_ip
         return fake
 
-    def write(self, *proxies: str, hostname_suffix: str = "") -> None:
+    def write(
+        self, *proxies: str, hostname_suffix: str = "", protected: tuple[str, ...] = ()
+    ) -> None:
         host_text = "".join(HOST.replace("NAME", h) for h in HOSTS)
         (self.root / "fleet.yaml").write_text(FLEET.replace("HOSTS\n", host_text))
-        text = "".join(PROXY.replace("NAME", p) for p in proxies)
+        protect = "  lifecycle:\n    protect: true\n"
+        text = "".join(PROXY.replace("NAME", p) + (protect * (p in protected)) for p in proxies)
         (self.root / "proxies.yaml").write_text(
             text.replace("hostname: ", f"hostname: {hostname_suffix}")
         )
@@ -109,6 +112,36 @@ def test_a_changed_spec_is_replaced_new_vm_first_and_then_the_cycle_is_quiet(wor
     world.forget()
     world.cycle("r2")
     assert world.mutations() == []
+
+
+def test_protect_turned_on_is_recorded_in_the_vm_and_outlives_its_manifest(world: World) -> None:
+    world.cycle()
+    world.write("web-1", "web-2", "web-3", protected=("web-2",))
+    world.forget()
+
+    relabelled = world.cycle("r2")
+
+    (outcome,) = relabelled.outcomes
+    assert (outcome.action.kind, outcome.action.proxy, outcome.result) == (
+        ActionKind.RELABEL,
+        "web-2",
+        ActionResult.SUCCEEDED,
+    )
+    host, domain = outcome.action.host or "", outcome.action.domain or ""
+    owner = world.hosts[host].domains[domain].owner
+    assert owner is not None and owner.protect and owner.revision == "r1"
+    assert world.mutations() == [(host, Call("set_owner", domain))]
+    world.forget()
+    assert world.cycle("r2").outcomes == ()
+    assert world.mutations() == []
+
+    world.write("web-1", "web-3")  # web-2's manifest is deleted; prune is on
+    pruned = world.cycle("r3")
+
+    assert domain in world.hosts[host].domains
+    assert world.mutations() == []
+    (blocked,) = [a for a in pruned.plan.actions if a.proxy == "web-2"]  # type: ignore[union-attr]
+    assert (blocked.blocks, blocked.reason) == (ActionKind.DELETE, "protected (lifecycle.protect)")
 
 
 def test_an_unreachable_host_blocks_its_deletes_and_its_proxies(world: World) -> None:

@@ -9,6 +9,8 @@ test against the fake means the same thing against a host:
   replace a base that a VM still uses ("base image in use by N overlays");
 - ``delete`` of something already gone succeeds; of a domain without
   proxyfleet metadata it fails permanently;
+- ``set_owner`` refuses a domain whose owner is missing or names another
+  fleet, proxy or digest, and records a mutation only when the owner changes;
 - ``start`` and ``addresses`` of a missing domain raise NotFoundError.
 
 Failure injection: ``unreachable = True`` makes every call raise
@@ -35,7 +37,7 @@ ANY = "*"
 @dataclass(frozen=True, slots=True)
 class Call:
     method: str
-    """observe, ensure_image, create, start, delete, addresses or close."""
+    """observe, ensure_image, create, start, set_owner, delete, addresses or close."""
     target: str = ""
     """The domain name, or the image key for ensure_image; '' for observe/close."""
 
@@ -148,6 +150,23 @@ class FakeHypervisor:
             existing = self._existing(domain, "virDomainLookupByName")
             if existing.state is not DomainState.RUNNING:
                 self.domains[domain] = replace(existing, state=DomainState.RUNNING)
+                self.mutations.append(call)
+
+    def set_owner(self, domain: str, owner: Owner) -> None:
+        call = Call("set_owner", domain)
+        self._enter(call)
+        with self._lock:
+            existing = self._existing(domain, "virDomainLookupByName")
+            current = existing.owner
+            identity = (owner.fleet, owner.proxy, owner.digest)
+            if current is None or (current.fleet, current.proxy, current.digest) != identity:
+                raise PermanentError(
+                    f"refusing to rewrite the owner of domain {domain}: "
+                    "its metadata is missing or names another VM",
+                    host=self._name,
+                )
+            if current != owner:
+                self.domains[domain] = replace(existing, owner=owner)
                 self.mutations.append(call)
 
     def delete(self, domain: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from reconciler.model import HostInventory, Image
+from reconciler.model import HostInventory, Image, Owner
 from reconciler.model.vm import VmSpec
 
 
@@ -47,6 +47,18 @@ class Hypervisor(Protocol):
 
     def start(self, domain: str) -> None:
         """Start a defined, shut-off domain."""
+        ...
+
+    def set_owner(self, domain: str, owner: Owner) -> None:
+        """Rewrite the ownership element of one of this fleet's domains (e.g. a changed protect).
+
+        Written to the persistent definition and, while the domain runs, to the
+        live one too, so that ``observe`` reads it back either way. Refuses
+        (PermanentError) a domain whose element is missing or names another
+        fleet, proxy or digest: foreign domains are never touched, and a VM's
+        identity is never rewritten. Missing domain: NotFoundError.
+        Cost: 4 RPCs (lookup, XML, active?, set), 5 when the domain was shut off.
+        """
         ...
 
     def delete(self, domain: str) -> None:

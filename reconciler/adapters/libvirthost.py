@@ -26,10 +26,10 @@ from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hostcheck import HostReport, check_host
 from reconciler.adapters.libvirtrpc import LibvirtSession, RpcObserver
 from reconciler.core.domainxml import domain_xml, overlay_volume_xml
-from reconciler.core.metadata import owner_from_domain_xml
+from reconciler.core.metadata import NAMESPACE, PREFIX, owner_from_domain_xml, owner_xml
 from reconciler.core.seediso import seed_iso
 from reconciler.errors import NotFoundError, PermanentError, TransientError
-from reconciler.model import Domain, DomainState, Host, HostInventory, Image
+from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec
 
@@ -163,6 +163,44 @@ class LibvirtHost:
             )
         self._start(dom, domain)
 
+    def set_owner(self, domain: str, owner: Owner) -> None:
+        """Rewrite the ownership element with ``virDomainSetMetadata``: persistent, and live too
+        while the domain runs. Only for a domain whose element already names the same
+        fleet, proxy and digest (PermanentError otherwise).
+
+        A domain that starts between the state check and the write may have
+        been started from the definition before it, so the live one is written
+        again; one that stops in between has only the persistent one left.
+        """
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=domain)
+        current = owner_from_domain_xml(xml)
+        if current is None or _identity(current) != _identity(owner):
+            why = (
+                "it carries no proxyfleet metadata"
+                if current is None
+                else f"its metadata names {'/'.join(_identity(current))}"
+            )
+            raise PermanentError(
+                f"refusing to rewrite the owner of domain {domain}: {why}", host=self.name
+            )
+        text = owner_xml(owner)
+        self._session.trace("virDomainSetMetadata", "owner", text, domain=domain)
+        active = self._active(dom, domain)
+        self._set_metadata(dom, domain, text, live=active)
+        if not active and self._active(dom, domain):
+            self._set_metadata(dom, domain, text, live=True)
+        log.info(
+            "host %s: domain %s records protect=%s",
+            self.name,
+            domain,
+            "true" if owner.protect else "false",
+        )
+
     def delete(self, domain: str) -> None:
         """Destroy, undefine (NVRAM, managed save), remove overlay and seed. Gone already: fine.
 
@@ -222,6 +260,30 @@ class LibvirtHost:
             )
         except NotFoundError:
             return None
+
+    def _active(self, dom: Any, domain: str) -> bool:
+        return bool(
+            self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain)
+        )
+
+    def _set_metadata(self, dom: Any, domain: str, text: str, *, live: bool) -> None:
+        flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        if live:
+            flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+        try:
+            self._session.call(
+                "virDomainSetMetadata",
+                _owner_metadata(dom, text, flags),
+                domain=domain,
+                flags=flags,
+            )
+        except PermanentError as exc:
+            if not live or exc.code != libvirt.VIR_ERR_OPERATION_INVALID:
+                raise
+            log.info(
+                "host %s: domain %s stopped meanwhile; writing its definition", self.name, domain
+            )
+            self._set_metadata(dom, domain, text, live=False)
 
     def _start(self, dom: Any, domain: str) -> None:
         if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
@@ -286,6 +348,20 @@ def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any
         return found
 
     return call
+
+
+def _owner_metadata(dom: Any, text: str, flags: int) -> Callable[[Any], None]:
+    """The bare element: libvirt adds the namespace (PREFIX, NAMESPACE) itself."""
+
+    def call(_conn: Any) -> None:
+        dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, text, PREFIX, NAMESPACE, flags)
+
+    return call
+
+
+def _identity(owner: Owner) -> tuple[str, str, str]:
+    """What makes a VM this VM: a relabel may change anything else, never these."""
+    return (owner.fleet, owner.proxy, owner.digest)
 
 
 def _undefine_flags(dom: Any, flags: int) -> Callable[[Any], None]:

@@ -41,6 +41,7 @@ from reconciler.engine.executor import ImageSource
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import ConfigError
+from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings, DaemonSettings
 
@@ -133,7 +134,7 @@ def _confirmed(prepared: Prepared) -> bool:
             file=sys.stderr,
         )
         return False
-    count = sum(1 for a in prepared.plan.actions if a.kind.value in _MUTATING)
+    count = sum(1 for a in prepared.plan.actions if a.kind in MUTATING)
     print(f"\nApply these {count} change(s) to the hosts? Only 'yes' is accepted.")
     try:
         answer = input("  Enter a value: ").strip()
@@ -143,9 +144,6 @@ def _confirmed(prepared: Prepared) -> bool:
         print("Apply cancelled; nothing was applied.", file=sys.stderr)
         return False
     return True
-
-
-_MUTATING = frozenset({"create", "start", "replace", "delete"})
 
 
 def exit_code(report: RunReport) -> int:

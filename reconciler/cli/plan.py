@@ -4,8 +4,9 @@ With ``--inventory FILE`` it plans offline against an inventory in the
 ``proxyfleet inventory --json`` format; without it, it reads the live hosts
 (host access as for ``apply``). ``--json`` prints the plan as JSON.
 
-Listing symbols: ``+`` create, ``-`` delete, ``-/+`` replace, ``~`` start,
-``!`` blocked (with the action it stopped), ``?`` abandoned. Up-to-date VMs
+Listing symbols: ``+`` create, ``-`` delete, ``-/+`` replace, ``~`` start or
+relabel (the VM's recorded protect flag), ``!`` blocked (with the action it
+stopped), ``?`` abandoned. Up-to-date VMs
 are counted, not listed; a kept VM with something to say (shut off under
 drift detect, paused, crashed) is listed with ``=``.
 
@@ -45,6 +46,7 @@ SYMBOLS = {
     ActionKind.DELETE: "-",
     ActionKind.REPLACE: "-/+",
     ActionKind.START: "~",
+    ActionKind.RELABEL: "~",
     ActionKind.BLOCKED: "!",
     ActionKind.ABANDON: "?",
     ActionKind.KEEP: "=",
@@ -54,6 +56,7 @@ _COLORS = {
     ActionKind.DELETE: "31",  # red
     ActionKind.REPLACE: "33",  # yellow
     ActionKind.START: "36",  # cyan
+    ActionKind.RELABEL: "36",
     ActionKind.BLOCKED: "1;35",  # bold magenta
     ActionKind.ABANDON: "2",  # dim
     ActionKind.KEEP: "2",
@@ -61,6 +64,7 @@ _COLORS = {
 _SUMMARY = (
     (ActionKind.CREATE, "to create"),
     (ActionKind.START, "to start"),
+    (ActionKind.RELABEL, "to relabel"),
     (ActionKind.REPLACE, "to replace"),
     (ActionKind.DELETE, "to delete"),
     (ActionKind.BLOCKED, "blocked"),

@@ -2,15 +2,18 @@
 
 ``plan(repo, inventory)`` decides, for every proxy and every owned VM, one
 action: create, keep, start, replace, delete, blocked (a safety rule stopped a
-mutating action; ``blocks`` says which) or abandon. The policy is
-``repo.fleet.policy``. docs/planning.md is the operator's description of every
-rule and reason text; the tests in tests/plan_cases/ hold one case per rule.
+mutating action; ``blocks`` says which) or abandon. A VM that stays and whose
+recorded protect flag differs from its manifest's also gets a relabel, right
+after its own action, so that protect still holds once the manifest is gone.
+The policy is ``repo.fleet.policy``. docs/planning.md is the operator's
+description of every rule and reason text; the tests in tests/plan_cases/ hold
+one case per rule.
 
 The order of the plan is part of its contract (the CLI prints it, tests pin
 it): proxies by name, each with its actions (the kept VM or the replace first,
 then duplicates, then older VMs, each group by domain name and host); then VMs
 whose manifest is gone, by host and domain; then abandoned VMs, by host and
-domain.
+domain. A relabel directly follows the action of the VM it concerns.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from reconciler.model import (
     Host,
     Image,
     Inventory,
+    Owner,
     Plan,
     Proxy,
     Repo,
@@ -38,7 +42,7 @@ from reconciler.model import (
 from reconciler.model.plan import MUTATING
 
 CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
-REPLACE, DELETE = ActionKind.REPLACE, ActionKind.DELETE
+RELABEL, REPLACE, DELETE = ActionKind.RELABEL, ActionKind.REPLACE, ActionKind.DELETE
 BLOCKED, ABANDON = ActionKind.BLOCKED, ActionKind.ABANDON
 
 UP_TO_DATE = "up to date"
@@ -61,8 +65,16 @@ class _Vm:
     host: str
     name: str
     state: DomainState
-    digest: str
-    protect: bool
+    owner: Owner
+
+    @property
+    def digest(self) -> str:
+        return self.owner.digest
+
+    @property
+    def protect(self) -> bool:
+        """``lifecycle.protect`` as the VM's metadata records it."""
+        return self.owner.protect
 
     @property
     def ref(self) -> DomainRef:
@@ -103,7 +115,9 @@ class _Planner:
         self.reachable = frozenset(
             h.name for h in inventory.hosts if h.reachable and h.name in self.hosts
         )
+        self.manifests: dict[str, Proxy] = {p.name: p for p in repo.proxies}
         self.owned: dict[str, list[_Vm]] = defaultdict(list)
+        self.vms: dict[tuple[str, str], _Vm] = {}  # (host, domain) -> owned VM in fleet.yaml
         self.taken: dict[str, dict[str, bool]] = defaultdict(dict)  # host -> name -> foreign?
         self.load: Counter[str] = Counter()  # owned VMs + creates planned so far, per host
         self.abandoned: list[Action] = []
@@ -117,14 +131,7 @@ class _Planner:
                 owner = domain.owner
                 vm = None
                 if owner is not None and owner.fleet == self.fleet.name:
-                    vm = _Vm(
-                        owner.proxy,
-                        host.name,
-                        domain.name,
-                        domain.state,
-                        owner.digest,
-                        owner.protect,
-                    )
+                    vm = _Vm(owner.proxy, host.name, domain.name, domain.state, owner)
                 if host.name not in self.hosts:
                     if vm is not None:
                         reason = f"host {host.name} is no longer in fleet.yaml; left alone"
@@ -133,6 +140,7 @@ class _Planner:
                 self.taken[host.name][domain.name] = vm is None
                 if vm is not None:
                     self.owned[vm.proxy].append(vm)
+                    self.vms[(host.name, domain.name)] = vm
                     self.load[host.name] += 1
 
     def run(self) -> Plan:
@@ -143,7 +151,7 @@ class _Planner:
         orphans = [vm for name, vms in self.owned.items() if name not in desired for vm in vms]
         for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
             proposed.append(self._orphan(vm))
-        actions = self._gate_deletes(proposed)
+        actions = self._record_protect(self._gate_deletes(proposed))
         if self.policy.suspend:
             actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
         return Plan(actions=(*actions, *self.abandoned))
@@ -311,6 +319,38 @@ class _Planner:
         limit = self._max(host)
         return limit is None or self.load[host] < limit
 
+    # -- protect, recorded in the VMs that stay -------------------------------------------
+
+    def _record_protect(self, actions: list[Action]) -> list[Action]:
+        """Each action that leaves a VM of a proxy with a manifest in place, followed by a
+        RELABEL when the VM's recorded protect differs from the manifest's.
+
+        Run after the delete gates, so that a VM whose delete a gate held back
+        is relabelled too; before suspend, which blocks relabels like any
+        mutating action. A VM this plan deletes, or replaces, is left as it is.
+        """
+        result: list[Action] = []
+        for action in actions:
+            result.append(action)
+            vm = self._staying(action)
+            manifest = self.manifests.get(vm.proxy) if vm is not None else None
+            if vm is None or manifest is None:
+                continue
+            protect = manifest.lifecycle.protect
+            if vm.protect != protect:
+                why = f"protect: {_flag(vm.protect)} -> {_flag(protect)} in the VM's metadata"
+                owner = dataclasses.replace(vm.owner, protect=protect)
+                result.append(dataclasses.replace(vm.action(RELABEL, why), owner=owner))
+        return result
+
+    def _staying(self, action: Action) -> _Vm | None:
+        """The owned VM that ``action`` leaves in place, if it speaks about one."""
+        if action.kind in (KEEP, START) or action.blocks in (START, DELETE):
+            return self.vms.get((action.host or "", action.domain or ""))
+        if action.blocks is REPLACE and action.replaces is not None:
+            return self.vms.get((action.replaces.host, action.replaces.domain))
+        return None
+
     # -- VMs without a manifest, and the delete gates ------------------------------------
 
     def _orphan(self, vm: _Vm) -> Action:
@@ -337,6 +377,10 @@ class _Planner:
             _block(a, limit) if (v := _victim(a)) is not None and v not in allowed else a
             for a in actions
         ]
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def _victim(action: Action) -> tuple[str, str] | None:

@@ -1,7 +1,7 @@
 """Step 5 of a cycle: carry a Plan out and say how each action went.
 
 The executor never decides anything: the planner did. It runs the plan's
-mutating actions (create, start, replace, delete) in parallel across hosts,
+mutating actions (create, start, relabel, replace, delete) in parallel across hosts,
 at most ``per_host_concurrency`` at a time on one host, and turns every
 result, including a bug, into an ``ActionOutcome``. Keep, blocked and abandon
 make no call at all.
@@ -9,6 +9,8 @@ make no call at all.
 - create: fetch the image into the local cache (once per run), make the host's
   base volume match it (once per host and image per run), then ``create``.
 - start: ``start``.
+- relabel: ``set_owner`` with the ownership record the plan carries (the one
+  the VM was observed with, only ``protect`` changed).
 - delete: ``delete``; a domain already gone counts as deleted.
 - replace: create the new VM, wait until it has an IP and passes its health
   check (``replace_timeout``), and only then delete the old one. A new VM that
@@ -171,6 +173,15 @@ class Executor:
             self._create(action, host, domain, attempts)
         elif action.kind is ActionKind.START:
             self._call(f"start {domain} on {host.name}", lambda: host.start(domain), attempts)
+        elif action.kind is ActionKind.RELABEL:
+            owner = action.owner
+            if owner is None:
+                raise ActionFailed("the plan's relabel action has no owner record")
+            self._call(
+                f"record protect={owner.protect} on {domain} on {host.name}",
+                lambda: host.set_owner(domain, owner),
+                attempts,
+            )
         elif action.kind is ActionKind.DELETE:
             self._delete(host, domain, attempts)
         elif action.kind is ActionKind.REPLACE:

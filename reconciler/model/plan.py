@@ -6,18 +6,29 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
+from reconciler.model.inventory import Owner
+
 
 class ActionKind(StrEnum):
     CREATE = "create"
     KEEP = "keep"
     START = "start"
+    RELABEL = "relabel"
     REPLACE = "replace"
     DELETE = "delete"
     BLOCKED = "blocked"
     ABANDON = "abandon"
 
 
-MUTATING = frozenset({ActionKind.CREATE, ActionKind.START, ActionKind.REPLACE, ActionKind.DELETE})
+MUTATING = frozenset(
+    {
+        ActionKind.CREATE,
+        ActionKind.START,
+        ActionKind.RELABEL,
+        ActionKind.REPLACE,
+        ActionKind.DELETE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +43,9 @@ class Action:
 
     ``blocks`` is set on a BLOCKED action: the action a safety rule stopped.
     ``replaces`` is set on a REPLACE: the old VM, deleted only after the new
-    one (``host``/``domain``) runs.
+    one (``host``/``domain``) runs. ``owner`` is set on a RELABEL: the
+    ownership record to write into the VM (the one it carries, with only
+    ``protect`` changed).
     """
 
     kind: ActionKind
@@ -43,6 +56,7 @@ class Action:
     digest: str | None = None
     blocks: ActionKind | None = None
     replaces: DomainRef | None = None
+    owner: Owner | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import libvirt
 import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.core.metadata import owner_from_domain_xml
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
-from reconciler.model import Host, Image
+from reconciler.model import ActionKind, Host, Image
 from reconciler.model.report import ActionResult, RunResult
 from reconciler.model.settings import ApplySettings, SshSettings
 
@@ -172,3 +174,67 @@ def test_cycles_create_then_idle_then_keep_the_old_vm_when_the_replacement_is_un
     left = owned(local_conn)
     assert created not in left
     assert [d for d in left if "-web-1-" in d] == []
+
+
+def recorded_protect(local_conn: Any, domain: str) -> tuple[bool, str] | None:
+    """(protect, revision) as the domain's live and persistent definitions both record them."""
+    dom = local_conn.lookupByName(domain)
+    owners = {owner_from_domain_xml(dom.XMLDesc(f)) for f in (0, libvirt.VIR_DOMAIN_XML_INACTIVE)}
+    assert len(owners) == 1, f"live and persistent metadata differ: {owners}"
+    (owner,) = owners
+    return (owner.protect, owner.revision) if owner is not None else None
+
+
+def test_protect_toggled_on_an_existing_vm_is_recorded_once_and_outlives_its_manifest(
+    engine: tuple[Engine, list[str]],
+    host: Host,
+    blank_image: BlankImage,
+    local_conn: Any,
+    tmp_path: Path,
+    cleanup_domains: list[str],
+) -> None:
+    eng, rpcs = engine
+    fleet = fleet_yaml(host, blank_image).replace(
+        "{prune: true}", "{prune: true, allowEmpty: true}"
+    )
+    (tmp_path / "fleet.yaml").write_text(fleet)
+    manifests = tmp_path / "proxies.yaml"
+    manifests.write_text(proxy_yaml("web-3", "three"))
+    first = eng.reconcile_once(tmp_path, revision="r1")
+    cleanup_domains.extend(o.action.domain or "" for o in first.outcomes)
+    (created,) = [o.action.domain or "" for o in first.outcomes]
+    assert recorded_protect(local_conn, created) == (False, "r1")
+
+    manifests.write_text(proxy_yaml("web-3", "three") + "  lifecycle: {protect: true}\n")
+    rpcs.clear()
+    relabelled = eng.reconcile_once(tmp_path, revision="r2")
+
+    assert [(o.action.kind.value, o.result.value) for o in relabelled.outcomes] == [
+        ("relabel", "succeeded")
+    ]
+    assert [r for r in rpcs if r.startswith(MUTATING_RPCS)] == ["virDomainSetMetadata"]
+    assert recorded_protect(local_conn, created) == (True, "r1")
+    rpcs.clear()
+    assert eng.reconcile_once(tmp_path, revision="r2").outcomes == ()
+    assert [r for r in rpcs if r.startswith(MUTATING_RPCS)] == []
+
+    manifests.write_text("")
+    rpcs.clear()
+    gone = eng.reconcile_once(tmp_path, revision="r3")
+
+    assert gone.outcomes == ()
+    assert [r for r in rpcs if r.startswith(MUTATING_RPCS)] == []
+    assert owned(local_conn) == {created: True}
+    assert gone.plan is not None
+    (blocked,) = gone.plan.actions
+    assert (blocked.blocks, blocked.reason) == (ActionKind.DELETE, "protected (lifecycle.protect)")
+
+    manifests.write_text(proxy_yaml("web-3", "three") + "  lifecycle: {protect: false}\n")
+    unprotected = eng.reconcile_once(tmp_path, revision="r4")
+    assert [o.action.kind.value for o in unprotected.outcomes] == ["relabel"]
+    manifests.write_text("")
+    pruned = eng.reconcile_once(tmp_path, revision="r5")
+    assert [(o.action.kind.value, o.result.value) for o in pruned.outcomes] == [
+        ("delete", "succeeded")
+    ]
+    assert owned(local_conn) == {}
