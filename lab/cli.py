@@ -226,7 +226,8 @@ def image(*, force: bool) -> imagebuild.Image:
     _log(f"image {img.path} ({how})\nsha256 {img.sha256}\nurl {image_url(img)}")
     if config.LAB_JSON.exists():
         names = [h["name"] for h in json.loads(config.LAB_JSON.read_text())["hosts"]]
-        write_outputs([HostLayout(int(n.removeprefix(config.NETNS_PREFIX))) for n in names])
+        layouts = [HostLayout.from_name(n) for n in names]
+        write_outputs([layout for layout in layouts if layout is not None])
     return img
 
 

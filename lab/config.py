@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAB_DIR = Path(__file__).resolve().parent
-STATE = Path(os.environ.get("PROXYFLEET_LAB_STATE", LAB_DIR / "state")).resolve()
+INSTANCE = int(os.environ.get("PROXYFLEET_LAB_INSTANCE", "0"))
+"""Several labs may run side by side (tests, benchmarks, the demo): instance k numbers
+its hosts k*10+1 .. k*10+9, so names, veths, addresses and routes never collide."""
+if not 0 <= INSTANCE <= 4:
+    raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..4")
+HOST_BASE = INSTANCE * 10
+_DEFAULT_STATE = LAB_DIR / ("state" if INSTANCE == 0 else f"state-{INSTANCE}")
+STATE = Path(os.environ.get("PROXYFLEET_LAB_STATE", _DEFAULT_STATE)).resolve()
 SSH_DIR = STATE / "ssh"
 KEY_FILE = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
@@ -24,25 +31,40 @@ HOSTS_DIR = STATE / "hosts"
 HOSTS_YAML = STATE / "hosts.yaml"
 IMAGES_YAML = STATE / "images.yaml"
 LAB_JSON = STATE / "lab.json"
-IMAGES_DIR = STATE / "images"
+IMAGES_DIR = Path(os.environ.get("PROXYFLEET_LAB_IMAGES", LAB_DIR / "state" / "images")).resolve()
+"""Shared by every instance: the image is built once per recipe."""
 IMAGE_SERVER_PID = STATE / "image-server.pid"
-IMAGE_PORT = int(os.environ.get("PROXYFLEET_LAB_IMAGE_PORT", "18787"))
+IMAGE_PORT = int(os.environ.get("PROXYFLEET_LAB_IMAGE_PORT", str(18787 + INSTANCE)))
 PROBE_ADDRESS = "10.79.0.1"
 PROBE_PORT = 80
 PROBE_URL = f"http://{PROBE_ADDRESS}/generate_204"
 NETNS_PREFIX = "pfhost"
-MAX_HOSTS = 50
+MAX_HOSTS = 9
 
 
 @dataclass(frozen=True)
 class HostLayout:
-    """Names and addresses of lab host number ``n`` (1-based)."""
+    """Names and addresses of lab host number ``n`` (1-based, within this instance)."""
 
     n: int
 
     @property
+    def g(self) -> int:
+        """The machine-wide host number: unique across lab instances."""
+        return HOST_BASE + self.n
+
+    @classmethod
+    def from_name(cls, name: str) -> HostLayout | None:
+        """The layout of ``pfhost<g>`` if it belongs to this instance, else None."""
+        suffix = name.removeprefix(NETNS_PREFIX)
+        if not name.startswith(NETNS_PREFIX) or not suffix.isdigit():
+            return None
+        n = int(suffix) - HOST_BASE
+        return cls(n) if 1 <= n <= MAX_HOSTS else None
+
+    @property
     def name(self) -> str:
-        return f"{NETNS_PREFIX}{self.n}"
+        return f"{NETNS_PREFIX}{self.g}"
 
     @property
     def netns(self) -> str:
@@ -55,24 +77,24 @@ class HostLayout:
 
     @property
     def root_address(self) -> str:
-        return f"10.77.{self.n}.1"
+        return f"10.77.{self.g}.1"
 
     @property
     def address(self) -> str:
         """The host's SSH address, as the management box dials it."""
-        return f"10.77.{self.n}.2"
+        return f"10.77.{self.g}.2"
 
     @property
     def guest_subnet(self) -> str:
-        return f"10.78.{self.n}.0/24"
+        return f"10.78.{self.g}.0/24"
 
     @property
     def bridge_address(self) -> str:
-        return f"10.78.{self.n}.1"
+        return f"10.78.{self.g}.1"
 
     @property
     def dhcp_range(self) -> tuple[str, str]:
-        return f"10.78.{self.n}.10", f"10.78.{self.n}.250"
+        return f"10.78.{self.g}.10", f"10.78.{self.g}.250"
 
     @property
     def zone(self) -> str:

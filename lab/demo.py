@@ -135,7 +135,7 @@ def main() -> int:
         "Look further:\n"
         f"  .venv/bin/proxyfleet plan {' '.join(access)}\n"
         f"  .venv/bin/python -m lab status\n"
-        f"  ssh -i {key} -o UserKnownHostsFile={known} root@10.77.1.2 "
+        f"  ssh -i {key} -o UserKnownHostsFile={known} root@{config.HostLayout(1).address} "
         "virsh -c qemu:///system list --all\n"
         "  curl -x http://<proxy IP>:3128 http://10.79.0.1/generate_204 -w '%{http_code}\\n'\n"
         f"  edit {repo}/proxies/*.yaml, commit, and run apply again\n"

@@ -456,7 +456,7 @@ def existing_hosts() -> list[HostLayout]:
     links = run("ip", "-o", "link", "show").stdout.splitlines()
     names += [line.split(":")[1].strip().split("@")[0] for line in links]
     for name in names:
-        suffix = name.removeprefix(config.NETNS_PREFIX)
-        if name.startswith(config.NETNS_PREFIX) and suffix.isdigit():
-            found.add(int(suffix))
+        layout = HostLayout.from_name(name)
+        if layout is not None:
+            found.add(layout.n)
     return [HostLayout(n) for n in sorted(found)]

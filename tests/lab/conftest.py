@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labutil import ROOT, lab_cli
+from labutil import lab_cli
+
+from lab import config as lab_config
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -35,4 +37,4 @@ def lab(lab_session: None) -> dict[str, Any]:
     """A 2-host lab for this module; lab.json's content. ``up`` is idempotent and cheap when
     the lab already runs, and brings it back if a test (test_lab_hosts) took it down."""
     lab_cli("up", "--hosts", "2")
-    return dict(json.loads((ROOT / "lab" / "state" / "lab.json").read_text()))
+    return dict(json.loads((lab_config.STATE / "lab.json").read_text()))

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labutil import ROOT
+
+from lab import config as lab_config
 
 PROXIES = {  # name: (zone, image key)
     "e2e-a-uefi": ("zone-a", "debian12"),
@@ -55,7 +56,7 @@ def proxy_manifest(name: str, zone: str, image: str, probe_url: str) -> str:
 @pytest.fixture(scope="module")
 def fleet_repo(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("fleet")
-    state = ROOT / "lab" / "state"
+    state = lab_config.STATE
     fleet = (
         "apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: e2e\nspec:\n"
         + "".join(f"  {line}\n" for line in (state / "images.yaml").read_text().splitlines()[1:])
@@ -76,7 +77,7 @@ def fleet_repo(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def apply(lab: dict[str, Any], repo: Path, *, verbose: bool = False) -> tuple[dict[str, Any], str]:
-    state_dir = ROOT / "lab" / "state" / "e2e-proxyfleet"
+    state_dir = lab_config.STATE / "e2e-proxyfleet"
     cmd = [
         sys.executable,
         "-m",

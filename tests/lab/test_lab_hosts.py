@@ -7,9 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from labutil import ROOT, lab_cli
+from labutil import lab_cli
 
-STATE = ROOT / "lab" / "state"
+from lab import config as lab_config
+
+STATE = lab_config.STATE
 
 
 def ssh(host: dict[str, object], command: str) -> subprocess.CompletedProcess[str]:

@@ -11,11 +11,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from labutil import ROOT
-
+from lab import config as lab_config
 from lab.boottest import make_seed
 
-STATE = ROOT / "lab" / "state"
+STATE = lab_config.STATE
 VIRSH = "virsh -q -c qemu:///system"
 
 
