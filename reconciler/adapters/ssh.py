@@ -167,6 +167,11 @@ class SshConnection:
         return self._streamlocal_refused
 
     @property
+    def current(self) -> paramiko.Transport | None:
+        """The transport of the link now in use, if any; never dials."""
+        return self._transport
+
+    @property
     def is_active(self) -> bool:
         transport = self._transport
         return transport is not None and transport.is_active()

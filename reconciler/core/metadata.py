@@ -148,13 +148,15 @@ def _children(element: ET.Element, local: str) -> Iterator[ET.Element]:
 
 
 def _owner_from_element(root: ET.Element) -> Owner | None:
-    values: dict[str, str] = {}
-    for name in _TEXT_FIELDS:
-        child = next(_children(root, name), None)
-        values[name] = (child.text or "").strip() if child is not None else ""
+    first: dict[str, ET.Element] = {}  # one pass: observe parses one element per domain
+    for child in root:
+        first.setdefault(_split(child.tag)[1], child)
+    values = {
+        name: (first[name].text or "").strip() if name in first else "" for name in _TEXT_FIELDS
+    }
     if not (values["fleet"] and values["proxy"] and values["digest"]):
         return None
-    image = next(_children(root, "image"), None)
+    image = first.get("image")
     image_key = image.get("key", "") if image is not None else ""
     image_sha = image.get("sha256", "") if image is not None else ""
     return Owner(

@@ -1,0 +1,65 @@
+"""``observe`` over sshd against a real libvirtd: one listing, one metadata read per domain.
+
+The inventory of an idle host is what every reconcile pays for, so its cost is
+pinned: ``virConnectGetAllDomainStats`` once, then ``virDomainGetMetadata``
+once per domain (read several at a time), and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hostservices import BlankImage
+
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.core.domainxml import domain_xml
+from reconciler.model import DomainState
+from reconciler.model.vm import VmSpec
+
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+def foreign_xml(name: str) -> str:
+    return (
+        f"<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory>"
+        "<os><type arch='x86_64'>hvm</type></os></domain>"
+    )
+
+
+def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_foreign(
+    make_host: Callable[..., LibvirtHost],
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+) -> None:
+    specs = [make_spec(f"observe-{i}", blank_image.image) for i in range(12)]
+    for spec in specs:
+        cleanup_domains.append(spec.domain)
+        local_conn.defineXML(
+            domain_xml(spec, disk_path="/nonexistent/disk.qcow2", seed_path="/nonexistent/seed.iso")
+        )
+    foreign = [f"pf-it-foreign-observe-{i}" for i in range(3)]
+    for name in foreign:
+        cleanup_domains.append(name)
+        local_conn.defineXML(foreign_xml(name))
+    calls: Counter[str] = Counter()
+    adapter = make_host(observer=lambda rpc, _host, _seconds, _ok: calls.update([rpc]))
+
+    inventory = adapter.observe()
+
+    seen = {d.name: d for d in inventory.domains}
+    for spec in specs:
+        assert seen[spec.domain].owner == spec.owner
+        assert seen[spec.domain].state is DomainState.SHUTOFF
+    for name in foreign:
+        assert seen[name].owner is None
+    listed = len(inventory.domains)
+    assert dict(calls) == {
+        "virConnectOpen": 1,
+        "virConnectGetAllDomainStats": 1,
+        "virDomainGetMetadata": listed,
+    }
