@@ -54,6 +54,16 @@ STREAMLOCAL = "direct-streamlocal@openssh.com"
 SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
 _RSA_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256")
 _CHUNK = 256 * 1024
+_AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+"""Preferred over paramiko's default order (aes-ctr first, with a separate HMAC per packet):
+AES-GCM encrypts and authenticates a packet in one call, which moves base images about a
+third faster through the bridge (benchmarks, row 3). OpenSSH servers offer it by default."""
+
+
+def preferred_ciphers(available: tuple[str, ...]) -> tuple[str, ...]:
+    """``available`` (paramiko's order) with the AEAD ciphers it knows moved to the front."""
+    first = tuple(c for c in _AEAD_CIPHERS if c in available)
+    return first + tuple(c for c in available if c not in first)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -209,8 +219,10 @@ class SshConnection:
         _enable_tcp_keepalive(sock, settings.keepalive_interval)
         transport = paramiko.Transport(sock)
         try:
+            options = transport.get_security_options()
+            options.ciphers = preferred_ciphers(tuple(options.ciphers))
             if known:
-                transport.get_security_options().key_types = _preferred_algorithms(known)
+                options.key_types = _preferred_algorithms(known)
             self._handshake(transport)
             check_host_key(
                 known,
