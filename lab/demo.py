@@ -9,13 +9,20 @@ The rendering changes only what the lab must: each image's URL and sha256 (the l
 which boots by either firmware, so each key keeps its own ``firmware``), the hosts (one lab
 host per example host, keeping its zone and maxProxies; host pins follow the renaming) and
 each proxy's health probe (the lab has no internet; every lab host answers
-``http://10.79.0.1/generate_204``). userData is untouched.
+``http://10.79.0.1/generate_204``). In userData only squid's ``acl NAME src`` lines change:
+each that does not already cover the lab's management range (10.77.0.0/16, where the probes
+come from) gets it appended, so that office proxies whose squid admits only 10.20.0.0/16
+answer the lab's health check. Everything else in userData stays as written, ``packages:
+[squid]`` included: the lab reaches no mirror, that module fails, and cloud-init still runs
+the runcmd that enables and starts the squid the lab image ships installed but off.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import LiteralScalarString
 
 from lab import cli, config
 
@@ -31,6 +39,30 @@ EXAMPLE = config.LAB_DIR.parent / "examples" / "fleet-repo"
 DEMO = config.STATE / "demo"
 REPO = DEMO / "fleet-repo"
 PF_STATE = DEMO / "proxyfleet-state"
+LAB_CLIENTS = ipaddress.IPv4Network("10.77.0.0/16")
+"""Where requests from the lab's root namespace come from (the host uplinks)."""
+SQUID_ACL = re.compile(r"^(?P<acl>[ \t]*acl[ \t]+\S+[ \t]+src)(?P<nets>[^\n]*?)[ \t]*$", re.M)
+
+
+def admit_lab(user_data: str) -> str:
+    """``user_data`` with the lab's management range added to squid ``src`` ACLs lacking it."""
+
+    def covered(nets: list[str]) -> bool:
+        for net in nets:
+            try:
+                parsed = ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                continue
+            if isinstance(parsed, ipaddress.IPv4Network) and LAB_CLIENTS.subnet_of(parsed):
+                return True
+        return False
+
+    def fix(m: re.Match[str]) -> str:
+        if covered(m["nets"].split()):
+            return m[0]
+        return f"{m['acl']}{m['nets']} {LAB_CLIENTS}"
+
+    return SQUID_ACL.sub(fix, user_data)
 
 
 def _yaml() -> YAML:
@@ -78,6 +110,9 @@ def render(lab: dict[str, Any]) -> Path:
         docs = list(yaml.load_all(path))
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "Proxy":
+                cloud_init = doc["spec"].get("cloudInit") or {}
+                if isinstance(cloud_init.get("userData"), str):
+                    cloud_init["userData"] = LiteralScalarString(admit_lab(cloud_init["userData"]))
                 health = doc["spec"].setdefault("health", {})
                 health["probeURL"] = lab["probeUrl"]
                 health["expectStatus"] = 204

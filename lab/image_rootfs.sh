@@ -54,10 +54,17 @@ datasource_list: [ NoCloud, None ]
 locale: C.UTF-8
 CLOUD
 
-# The lab reaches the proxies from 10.77.0.0/16 (the root namespace side of each veth).
-cat >"$root/etc/squid/conf.d/proxyfleet-lab.conf" <<'SQUID'
-http_access allow localnet
-SQUID
+# squid is installed (the lab has no mirror for a proxy's `packages: [squid]`) but off, with
+# Debian's stock config: like a cloud image before cloud-init installs it, nothing answers on
+# 3128 until the proxy's own user-data writes a config and enables and starts squid.
+# Disabled, not masked: user-data's `systemctl enable squid` must still work.
+in_root systemctl disable squid
+in_root update-rc.d squid disable
+state=$(in_root systemctl is-enabled squid || true)
+if [ "$state" != disabled ]; then
+	echo "squid.service is '$state' in the image, expected disabled" >&2
+	exit 1
+fi
 
 echo debian >"$root/etc/hostname"
 : >"$root/etc/machine-id"

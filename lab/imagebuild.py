@@ -16,6 +16,7 @@ next ``lab image`` builds again; otherwise it reuses the cached file.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -100,9 +101,17 @@ def build(images_dir: Path, *, force: bool = False, log: Path | None = None) -> 
     """Return the cached image for the current recipe, building it first if needed."""
     images_dir = images_dir.resolve()
     images_dir.mkdir(parents=True, exist_ok=True)
-    hit = None if force else cached(images_dir)
-    if hit is not None:
-        return hit
+    # The cache is shared by every lab instance: one build at a time, and a second caller
+    # waits for the first and then finds its result instead of wiping its build directory.
+    with open(images_dir / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hit = None if force else cached(images_dir)
+        if hit is not None:
+            return hit
+        return _build_locked(images_dir, log)
+
+
+def _build_locked(images_dir: Path, log: Path | None) -> Image:
     key = recipe_key()
     started = time.monotonic()
     work = images_dir / f"build-{key[:12]}"
