@@ -13,6 +13,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -63,6 +64,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="do not wait for new VMs to get an IP: check every proxy once and return",
+    )
     parser.set_defaults(func=run)
 
 
@@ -93,11 +99,14 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
     cache = state_dir(args, settings.state_dir) / "images"
     images: ImageSource = ImageCache(cache)
     prober: Prober = HttpProber()
+    apply = ApplySettings(per_host_concurrency=settings.concurrency.per_host)
+    if getattr(args, "no_wait", False):
+        apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
     return Engine(
         host_factory(ssh_settings(args, settings.ssh)),
         images=images,
         prober=prober,
-        settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
+        settings=apply,
         runtime=runtime,
     )
 
