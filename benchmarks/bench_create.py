@@ -1,0 +1,260 @@
+"""Row 2: creating 20 proxy VMs (define + start, boot not awaited), proxyfleet against kcli.
+
+Both sides create the same 20 VMs on the same lab host from the same base
+image already in its pool: 1 vCPU, 256 MiB, a 3 GiB qcow2 overlay on
+``base-debian12-bios.qcow2``, a cloud-init seed ISO with a small cloud-config,
+one NIC on the host's bridge ``br0``, BIOS, TCG.
+
+- proxyfleet: ``proxyfleet apply --yes --no-wait --json`` on a fleet repo of
+  20 proxies (load, SSH dial, observe, plan, image check, 20 creates two at a
+  time, one look at each new VM), the whole command timed;
+- kcli (``pip install kcli`` in ``.bench-venv``, never the project's venv):
+  ``kcli create vm -c 20`` over ``qemu+ssh`` with the lab's key and
+  known_hosts, the whole command timed. kcli only finds bridges that libvirt's
+  interface driver reports active, and a bridge without a running guest is
+  inactive, so kcli gets a libvirt network in bridge mode over ``br0``
+  (``kcli-br0``): the same tap on the same bridge.
+
+The warm-up run uploads the base image (proxyfleet) and lets kcli see it;
+every run's VMs are destroyed and deleted with their volumes right after it,
+so no guest keeps running.
+
+Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_create``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from benchmarks.common import (
+    BENCH_VENV,
+    ROOT,
+    Result,
+    alternate,
+    bench_dir,
+    busy_text,
+    emit,
+    fleet_yaml,
+    fresh_dir,
+    git,
+    lab_up,
+    proxy_yaml,
+)
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.model import Host, HostNetwork
+from reconciler.model.settings import SshSettings
+
+FLEET = "cr"
+IMAGE_KEY = "debian12-bios"
+BASE = f"base-{IMAGE_KEY}.qcow2"
+KCLI_NET = "kcli-br0"
+KCLI_PREFIX = "kc"
+USER_DATA_CMD = "echo bench > /run/bench"
+
+
+def kcli_bin() -> Path:
+    return BENCH_VENV / "bin" / "kcli"
+
+
+def kcli_home(lab: dict[str, Any], address: str) -> Path:
+    """A HOME of kcli's own: its config, the lab key, ssh's config with the lab's known_hosts."""
+    home = bench_dir("kcli-home")
+    (home / ".kcli").mkdir(exist_ok=True)
+    (home / ".ssh").mkdir(exist_ok=True)
+    key = home / ".kcli" / "id_ed25519"
+    key.write_bytes(Path(lab["sshKey"]).read_bytes())
+    key.chmod(0o600)
+    public = subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, check=True
+    ).stdout
+    (home / ".kcli" / "id_ed25519.pub").write_text(public)
+    (home / ".ssh" / "config").write_text(
+        f"Host {address}\n  User root\n  IdentityFile {key}\n"
+        f"  UserKnownHostsFile {lab['knownHosts']}\n  StrictHostKeyChecking yes\n"
+    )
+    (home / ".kcli" / "config.yml").write_text(
+        "default:\n  client: lab\n"
+        f"lab:\n  type: kvm\n  host: {address}\n  user: root\n  protocol: ssh\n  pool: default\n"
+    )
+    return home
+
+
+def write_repo(count: int) -> Path:
+    root = fresh_dir("create") / "repo"
+    root.mkdir()
+    (root / "fleet.yaml").write_text(fleet_yaml(FLEET))
+    for i in range(count):
+        (root / f"{FLEET}-{i:02d}.yaml").write_text(proxy_yaml(f"{FLEET}-{i:02d}", image=IMAGE_KEY))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "20 proxies")
+    return root
+
+
+def ensure_bridge_network(conn: Any) -> None:
+    try:
+        net = conn.networkLookupByName(KCLI_NET)
+    except libvirt.libvirtError:
+        net = None
+    if net is not None and net.isActive():
+        return
+    xml = f"<network><name>{KCLI_NET}</name><forward mode='bridge'/><bridge name='br0'/></network>"
+    conn.networkCreateXML(xml)  # transient: gone with the lab host's libvirtd
+
+
+def remove_vms(hv: LibvirtHost, conn: Any) -> int:
+    """Destroy and delete every VM of this benchmark (both sides) with its volumes."""
+    removed = 0
+    for dom in conn.listAllDomains(0):
+        name = dom.name()
+        if name.startswith(f"pf-{FLEET}-"):
+            hv.delete(name)
+            removed += 1
+        elif name.startswith(f"{KCLI_PREFIX}-"):
+            if dom.isActive():
+                dom.destroy()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+            removed += 1
+    pool = conn.storagePoolLookupByName("default")
+    pool.refresh(0)
+    for vol in pool.listAllVolumes(0):
+        if vol.name().startswith(f"{KCLI_PREFIX}-"):
+            vol.delete(0)
+    return removed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", help="write the result here (for benchmarks.run)")
+    args = parser.parse_args()
+
+    result = Result(row="create", load_before=os.getloadavg(), busy=busy_text())
+    lab = lab_up()
+    spec = lab["hosts"][0]
+    host = Host(
+        name=spec["name"],
+        address=spec["address"],
+        zone=spec["zone"],
+        network=HostNetwork("bridge", spec["bridge"]),
+    )
+    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
+    hv = LibvirtHost(host, ssh)
+    conn = hv.session.connection()
+    repo = write_repo(args.count)
+    state = bench_dir("pf-state")
+    pf_cmd = [
+        str(ROOT / ".venv" / "bin" / "proxyfleet"),
+        "apply",
+        "--repo",
+        str(repo),
+        "--ssh-key",
+        lab["sshKey"],
+        "--known-hosts",
+        lab["knownHosts"],
+        "--state-dir",
+        str(state),
+        "--yes",
+        "--no-wait",
+        "--json",
+    ]
+    pf_engine: list[float] = []
+
+    def proxyfleet() -> None:
+        out = subprocess.run(pf_cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if out.returncode not in (0, 3):
+            raise SystemExit(f"proxyfleet apply failed ({out.returncode}):\n{out.stderr}")
+        report = json.loads(out.stdout)
+        ok = [
+            o for o in report["outcomes"] if o["action"] == "create" and o["result"] == "succeeded"
+        ]
+        if len(ok) != args.count:
+            raise SystemExit(f"proxyfleet created {len(ok)} of {args.count}:\n{out.stdout}")
+        began, ended = (datetime.fromisoformat(report[k]) for k in ("started", "finished"))
+        pf_engine.append((ended - began).total_seconds())
+
+    have_kcli = kcli_bin().exists()
+    contenders = {"proxyfleet apply": proxyfleet}
+    if have_kcli:
+        home = kcli_home(lab, host.address)
+        ensure_bridge_network(conn)
+        kcli_cmd = [
+            str(kcli_bin()),
+            "create",
+            "vm",
+            "-c",
+            str(args.count),
+            "-i",
+            BASE,
+            "-P",
+            "memory=256",
+            "-P",
+            "numcpus=1",
+            "-P",
+            "disks=[3]",
+            "-P",
+            f"nets=[{KCLI_NET}]",
+            "-P",
+            "virttype=qemu",
+            "-P",
+            "cpumodel=qemu64",
+            "-P",
+            f"cmds=['{USER_DATA_CMD}']",
+            KCLI_PREFIX,
+        ]
+
+        def kcli() -> None:
+            env = {**os.environ, "HOME": str(home)}
+            out = subprocess.run(
+                kcli_cmd, capture_output=True, text=True, timeout=1800, check=False, env=env
+            )
+            made = sum(
+                1
+                for d in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+                if d.name().startswith(f"{KCLI_PREFIX}-")
+            )
+            if out.returncode != 0 or made != args.count:
+                raise SystemExit(f"kcli made {made} running VMs ({out.returncode}):\n{out.stdout}")
+
+        contenders["kcli create vm -c"] = kcli
+    else:
+        result.note(f"kcli is not installed in {BENCH_VENV} (make bench installs it); no ratio")
+
+    try:
+        print(f"removed {remove_vms(hv, conn)} leftover VMs", flush=True)
+        timed = alternate(
+            contenders,
+            runs=args.runs,
+            between=lambda: print(f"  removed {remove_vms(hv, conn)} VMs", flush=True),
+        )
+    finally:
+        remove_vms(hv, conn)
+        hv.close()
+    pf = result.add("proxyfleet", "s", timed["proxyfleet apply"])
+    result.add("proxyfleet_engine", "s", pf_engine[1:])
+    result.note(
+        "proxyfleet's own reconcile (observe to check, no process start) took "
+        f"{result.metrics['proxyfleet_engine'].text()}"
+    )
+    if have_kcli:
+        floor = result.add("floor", "s", timed["kcli create vm -c"])
+        result.note(
+            f"{args.count} VMs: proxyfleet apply {pf.text()}, kcli {floor.text()}: "
+            f"ratio {pf.median / floor.median:.2f}x"
+        )
+    emit(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

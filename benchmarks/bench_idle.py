@@ -1,0 +1,218 @@
+"""Row 1: an idle reconcile of one lab host holding 200 owned VMs and 20 foreign ones.
+
+The 200 owned domains are defined (never started) directly through libvirt
+with proxyfleet's own domain XML and ownership metadata, for a generated
+fleet of 200 proxies, so that they are owned and up to date; the 20 foreign
+domains carry no metadata. The fleet says ``drift: detect``, so shut-off VMs
+are kept and the plan holds nothing to do.
+
+Measured, on one connection kept open across runs (the daemon keeps its own):
+
+- proxyfleet: ``observe`` + ``plan`` wall time, and every libvirt RPC it made,
+  counted through the RPC observer hook of the host adapter; mutating RPCs
+  must be 0 (printed, not asserted);
+- the floor: a minimal libvirt-python loop over the same forwarded socket
+  (the same libvirt connection): list all domains, read each one's metadata.
+
+Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_idle``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from benchmarks.common import (
+    Result,
+    RpcCounter,
+    alternate,
+    bench_dir,
+    busy_text,
+    emit,
+    fleet_yaml,
+    lab_up,
+    mutating,
+    proxy_yaml,
+)
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.core.digest import proxy_digest
+from reconciler.core.domainxml import domain_xml
+from reconciler.core.manifests import load_repo
+from reconciler.core.metadata import NAMESPACE
+from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.planner import plan
+from reconciler.engine.observe import observe
+from reconciler.model import MachineType, Owner, Repo
+from reconciler.model.settings import SshSettings
+from reconciler.model.vm import VmSpec
+
+FLEET = "idle"
+FOREIGN_PREFIX = "foreign-idle-"
+
+
+def write_repo(root: Path, proxies: int) -> Repo:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "fleet.yaml").write_text(
+        fleet_yaml(FLEET, policy="prune: true\n    maxDeletesPerRun: 5\n    drift: detect")
+    )
+    (root / "proxies.yaml").write_text(
+        "---\n".join(proxy_yaml(f"idle-{i:03d}") for i in range(proxies))
+    )
+    return load_repo(root)
+
+
+def owned_xml(repo: Repo) -> dict[str, str]:
+    """Domain XML (with the ownership element) of every proxy, by domain name."""
+    fleet = repo.fleet
+    host = fleet.hosts[0]
+    machine = fleet.machine_type("tiny")
+    assert isinstance(machine, MachineType)
+    pool_dir = "/var/lib/libvirt/images"
+    xml = {}
+    for proxy in repo.proxies:
+        image = resolve_image(fleet, proxy.placement.image)
+        assert image is not None
+        digest = proxy_digest(fleet, proxy, host, image=image)
+        assert digest is not None
+        name = domain_name(fleet.name, proxy.name, digest)
+        spec = VmSpec(
+            domain=name,
+            proxy=proxy.name,
+            host=host,
+            image=image,
+            machine_type=machine,
+            cloud_init=proxy.cloud_init,
+            install_guest_agent=proxy.install_guest_agent,
+            owner=Owner(
+                fleet=fleet.name,
+                proxy=proxy.name,
+                digest=digest,
+                image_key=image.key,
+                image_sha256=image.sha256 or "",
+                revision="0" * 40,
+                created="2026-11-30T00:00:00+00:00",
+            ),
+        )
+        xml[name] = domain_xml(
+            spec, disk_path=f"{pool_dir}/{name}.qcow2", seed_path=f"{pool_dir}/{name}-seed.iso"
+        )
+    return xml
+
+
+def foreign_xml(name: str) -> str:
+    return (
+        f"<domain type='qemu'><name>{name}</name><memory unit='MiB'>128</memory>"
+        "<os><type arch='x86_64'>hvm</type></os></domain>"
+    )
+
+
+def populate(conn: Any, wanted: dict[str, str]) -> None:
+    """Define exactly ``wanted`` among the idle fleet's and the foreign bench domains."""
+    existing = {d.name(): d for d in conn.listAllDomains(0)}
+    for name, dom in existing.items():
+        ours = name.startswith(f"pf-{FLEET}-") or name.startswith(FOREIGN_PREFIX)
+        if ours and name not in wanted:
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+    started = time.monotonic()
+    made = 0
+    for name, xml in wanted.items():
+        if name not in existing:
+            conn.defineXML(xml)
+            made += 1
+    print(f"defined {made} domains in {time.monotonic() - started:.1f} s", flush=True)
+
+
+def minimal_loop(conn: Any) -> tuple[int, int]:
+    """The floor: list all domains and read each one's metadata. (domains, owned)."""
+    owned = 0
+    domains = conn.listAllDomains(0)
+    for dom in domains:
+        try:
+            dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE, 0)
+        except libvirt.libvirtError:
+            continue
+        owned += 1
+    return len(domains), owned
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proxies", type=int, default=200)
+    parser.add_argument("--foreign", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="leave the domains defined")
+    parser.add_argument("--json", help="write the result here (for benchmarks.run)")
+    args = parser.parse_args()
+
+    result = Result(row="idle", load_before=os.getloadavg(), busy=busy_text())
+    lab = lab_up()
+    repo = write_repo(bench_dir("idle") / "repo", args.proxies)
+    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
+    counter = RpcCounter()
+    hv = LibvirtHost(repo.fleet.hosts[0], ssh, observer=counter)
+    conn = hv.session.connection()
+    wanted = owned_xml(repo)
+    wanted.update(
+        {f"{FOREIGN_PREFIX}{i:02d}": foreign_xml(f"{FOREIGN_PREFIX}{i:02d}") for i in range(20)}
+    )
+    populate(conn, wanted)
+    counter.take()
+    hosts = {hv.name: hv}
+    summaries: list[dict[str, int]] = []
+    calls: list[int] = []
+    muts: list[int] = []
+
+    def proxyfleet() -> None:
+        seen = observe(repo.fleet, hosts, timeout=120)
+        summaries.append(plan(repo, seen.inventory).summary())
+        taken = counter.take()
+        calls.append(sum(taken.values()))
+        muts.append(mutating(taken))
+        if len(calls) == 1:
+            print("  RPCs of one observe:", dict(taken), flush=True)
+
+    floor_counts: list[tuple[int, int]] = []
+    try:
+        timed = alternate(
+            {
+                "proxyfleet observe+plan": proxyfleet,
+                "minimal libvirt loop": lambda: floor_counts.append(minimal_loop(conn)),
+            },
+            runs=args.runs,
+        )
+        pf, floor = timed["proxyfleet observe+plan"], timed["minimal libvirt loop"]
+    finally:
+        if not args.keep:
+            populate(conn, {})
+        hv.close()
+    domains, owned = floor_counts[-1]
+    result.add("proxyfleet", "s", pf)
+    result.add("floor", "s", floor)
+    result.add("rpcs", "RPCs", calls[1:])
+    result.add("floor_rpcs", "RPCs", [1 + domains])
+    result.add("mutating", "RPCs", muts[1:])
+    result.note(f"plan: {summaries[-1]}")
+    result.note(f"minimal loop saw {domains} domains, {owned} with proxyfleet metadata")
+    result.note(
+        f"proxyfleet: {statistics_text(pf)} with {calls[-1]} RPCs; "
+        f"minimal loop: {statistics_text(floor)} with {1 + domains} RPCs; "
+        f"ratio {result.metrics['proxyfleet'].median / result.metrics['floor'].median:.2f}x"
+    )
+    result.note(f"mutating RPCs during the idle reconciles: {max(muts)} (must be 0)")
+    emit(result, args.json)
+    return 0
+
+
+def statistics_text(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    return f"median {ordered[len(ordered) // 2] * 1000:.0f} ms"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Row 3: uploading a 1 GiB base image to a lab host, proxyfleet against scp.
+
+The file is generated once (random bytes, so nothing on the way can compress
+it) with its sha256. proxyfleet's side is ``LibvirtHost.ensure_image`` as the
+executor calls it: look up the pool and the marker, create the volume, stream
+the file with ``virStorageVolUpload`` through the SSH-forwarded libvirt socket
+while hashing it, check the size, write the marker. The base and its marker
+are deleted before every run so that each run uploads.
+
+The other side is OpenSSH's ``scp`` of the same file through the same sshd
+into the same pool directory, over a master connection opened beforehand
+(``ControlMaster``), as proxyfleet's connection is open before its run too.
+
+Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_upload``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Result, alternate, bench_dir, busy_text, emit, lab_up
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.model import Host, HostNetwork, Image, ImageFormat
+from reconciler.model.settings import SshSettings
+from reconciler.model.vm import base_volume_name
+
+POOL_DIR = "/var/lib/libvirt/images"
+KEY = "bench1g"
+
+
+def blob(path: Path, size: int) -> str:
+    """The random file of ``size`` bytes at ``path`` (made once) and its sha256."""
+    sums = path.with_name(path.name + ".sha256")
+    if path.exists() and path.stat().st_size == size and sums.exists():
+        return sums.read_text().split()[0]
+    digest = hashlib.sha256()
+    chunk = 4 * 1024 * 1024
+    with path.open("wb") as fh:
+        for _ in range(size // chunk):
+            data = os.urandom(chunk)
+            digest.update(data)
+            fh.write(data)
+    sums.write_text(f"{digest.hexdigest()}  {path.name}\n")
+    return digest.hexdigest()
+
+
+class Scp:
+    """OpenSSH through a master connection opened once (so no run pays a handshake)."""
+
+    def __init__(self, lab: dict[str, Any], address: str, control: Path) -> None:
+        self.target = f"root@{address}"
+        self.options = [
+            "-i",
+            lab["sshKey"],
+            "-o",
+            f"UserKnownHostsFile={lab['knownHosts']}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ControlPath={control}",
+        ]
+        master = ["-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-f", "-N"]
+        subprocess.run(
+            ["ssh", *self.options, *master, self.target],
+            check=True,
+            timeout=30,
+        )
+
+    def copy(self, local: Path, remote: str) -> None:
+        subprocess.run(
+            ["scp", "-q", *self.options, str(local), f"{self.target}:{remote}"],
+            check=True,
+            timeout=1200,
+        )
+
+    def run(self, *command: str) -> None:
+        subprocess.run(["ssh", *self.options, self.target, *command], check=True, timeout=60)
+
+    def close(self) -> None:
+        subprocess.run(
+            ["ssh", *self.options, "-O", "exit", self.target],
+            check=False,
+            capture_output=True,
+            timeout=30,
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=1024, help="file size in MiB")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", help="write the result here (for benchmarks.run)")
+    args = parser.parse_args()
+
+    result = Result(row="upload", load_before=os.getloadavg(), busy=busy_text())
+    lab = lab_up()
+    work = bench_dir("upload")
+    size = args.mib * 2**20
+    started = time.monotonic()
+    path = work / f"blob-{args.mib}m.raw"
+    sha = blob(path, size)
+    print(f"{path}: {size} bytes, sha256 {sha} [{time.monotonic() - started:.1f} s]")
+    spec = lab["hosts"][0]
+    host = Host(
+        name=spec["name"],
+        address=spec["address"],
+        zone=spec["zone"],
+        network=HostNetwork("bridge", spec["bridge"]),
+    )
+    image = Image(key=KEY, url=path.as_uri(), sha256=sha, format=ImageFormat.RAW)
+    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
+    hv = LibvirtHost(host, ssh)
+    scp = Scp(lab, host.address, work / "control.sock")
+    remote_scp = f"{POOL_DIR}/scp-{KEY}.raw"
+
+    def clean() -> None:
+        """Neither copy stays: every run writes the whole file."""
+        images = hv._images  # the adapter's own volume helpers
+        pool = images.pool()
+        for name in (f"{base_volume_name(image)}.sha256", base_volume_name(image)):
+            images.delete_volume(pool, name)
+        scp.run("rm", "-f", remote_scp)
+
+    try:
+        clean()
+        timed = alternate(
+            {
+                "proxyfleet ensure_image": lambda: hv.ensure_image(image, path),
+                "scp": lambda: scp.copy(path, remote_scp),
+            },
+            runs=args.runs,
+            between=clean,
+        )
+    finally:
+        clean()
+        scp.close()
+        hv.close()
+    rate = [size / 1e6 / s for s in timed["proxyfleet ensure_image"]]
+    pf = result.add("proxyfleet", "MB/s", rate)
+    floor = result.add("floor", "MB/s", [size / 1e6 / s for s in timed["scp"]])
+    result.add("proxyfleet_seconds", "s", timed["proxyfleet ensure_image"])
+    result.add("floor_seconds", "s", timed["scp"])
+    result.note(
+        f"proxyfleet {pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
+        f"({args.mib} MiB, sha256 verified while streaming)"
+    )
+    emit(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
