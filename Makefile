@@ -53,8 +53,20 @@ lab-up: deps
 lab-down: deps
 	$(BIN)/python -m lab down
 
-bench: deps
-	$(BIN)/python benchmarks/plan_scale.py
+# Benchmarks (docs/performance.md): not part of `make test`. Run beside other labs with
+# PROXYFLEET_LAB_INSTANCE=k make bench. kcli, the comparison for creates, lives in a venv
+# of its own so that it never touches the project's.
+BENCH_VENV := .bench-venv
+
+bench: deps $(BENCH_VENV)/bin/kcli
+	$(BIN)/python -m benchmarks.run
+
+$(BENCH_VENV)/bin/kcli:
+	@command -v genisoimage >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends genisoimage; }
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/pip install -q kcli libvirt-python
 
 clean:
 	rm -rf .make $(VENV) .mypy_cache .pytest_cache .ruff_cache

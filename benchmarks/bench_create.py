@@ -7,7 +7,8 @@ one NIC on the host's bridge ``br0``, BIOS, TCG.
 
 - proxyfleet: ``proxyfleet apply --yes --no-wait --json`` on a fleet repo of
   20 proxies (load, SSH dial, observe, plan, image check, 20 creates two at a
-  time, one look at each new VM), the whole command timed;
+  time, one look at each new VM), the whole command timed; and the same with
+  ``concurrency.perHost: 4`` (``--wider``), four creates at a time;
 - kcli (``pip install kcli`` in ``.bench-venv``, never the project's venv):
   ``kcli create vm -c 20`` over ``qemu+ssh`` with the lab's key and
   known_hosts, the whole command timed. kcli only finds bridges that libvirt's
@@ -136,6 +137,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--wider",
+        type=int,
+        default=4,
+        help="also time apply with concurrency.perHost this wide (0: not)",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
 
@@ -169,9 +176,13 @@ def main() -> int:
         "--json",
     ]
     pf_engine: list[float] = []
+    wider = bench_dir("create") / f"per-host-{args.wider}.yaml"
+    wider.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  perHost: {args.wider}\n")
 
-    def proxyfleet() -> None:
-        out = subprocess.run(pf_cmd, capture_output=True, text=True, timeout=1800, check=False)
+    def proxyfleet(*extra: str) -> None:
+        out = subprocess.run(
+            [*pf_cmd, *extra], capture_output=True, text=True, timeout=1800, check=False
+        )
         if out.returncode not in (0, 3):
             raise SystemExit(f"proxyfleet apply failed ({out.returncode}):\n{out.stderr}")
         report = json.loads(out.stdout)
@@ -180,11 +191,16 @@ def main() -> int:
         ]
         if len(ok) != args.count:
             raise SystemExit(f"proxyfleet created {len(ok)} of {args.count}:\n{out.stdout}")
-        began, ended = (datetime.fromisoformat(report[k]) for k in ("started", "finished"))
-        pf_engine.append((ended - began).total_seconds())
+        if not extra:
+            began, ended = (datetime.fromisoformat(report[k]) for k in ("started", "finished"))
+            pf_engine.append((ended - began).total_seconds())
 
     have_kcli = kcli_bin().exists()
     contenders = {"proxyfleet apply": proxyfleet}
+    if args.wider:
+        contenders[f"proxyfleet apply, perHost {args.wider}"] = lambda: proxyfleet(
+            "--config", str(wider)
+        )
     if have_kcli:
         home = kcli_home(lab, host.address)
         ensure_bridge_network(conn)
@@ -246,6 +262,9 @@ def main() -> int:
         "proxyfleet's own reconcile (observe to check, no process start) took "
         f"{result.metrics['proxyfleet_engine'].text()}"
     )
+    if args.wider:
+        wide = result.add("proxyfleet_wider", "s", timed[f"proxyfleet apply, perHost {args.wider}"])
+        result.note(f"proxyfleet apply with concurrency.perHost {args.wider}: {wide.text()}")
     if have_kcli:
         floor = result.add("floor", "s", timed["kcli create vm -c"])
         result.note(

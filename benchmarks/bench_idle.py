@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def main() -> int:
     counter.take()
     hosts = {hv.name: hv}
     summaries: list[dict[str, int]] = []
+    rpc_kinds: Counter[str] = Counter()
     calls: list[int] = []
     muts: list[int] = []
 
@@ -175,7 +177,7 @@ def main() -> int:
         calls.append(sum(taken.values()))
         muts.append(mutating(taken))
         if len(calls) == 1:
-            print("  RPCs of one observe:", dict(taken), flush=True)
+            rpc_kinds.update(taken)
 
     floor_counts: list[tuple[int, int]] = []
     try:
@@ -197,21 +199,18 @@ def main() -> int:
     result.add("rpcs", "RPCs", calls[1:])
     result.add("floor_rpcs", "RPCs", [1 + domains])
     result.add("mutating", "RPCs", muts[1:])
-    result.note(f"plan: {summaries[-1]}")
-    result.note(f"minimal loop saw {domains} domains, {owned} with proxyfleet metadata")
+    plan_text = ", ".join(f"{k} {v}" for k, v in summaries[-1].items() if v)
+    kinds = ", ".join(f"{n} {rpc}" for rpc, n in rpc_kinds.items())
+    result.note(f"plan: {plan_text}; proxyfleet's RPCs per observe: {kinds}")
+    result.note(f"the minimal loop saw {domains} domains, {owned} with proxyfleet metadata")
     result.note(
-        f"proxyfleet: {statistics_text(pf)} with {calls[-1]} RPCs; "
-        f"minimal loop: {statistics_text(floor)} with {1 + domains} RPCs; "
-        f"ratio {result.metrics['proxyfleet'].median / result.metrics['floor'].median:.2f}x"
+        f"proxyfleet {result.metrics['proxyfleet'].text(3)}, minimal loop "
+        f"{result.metrics['floor'].text(3)}: ratio "
+        f"{result.metrics['proxyfleet'].median / result.metrics['floor'].median:.2f}x"
     )
     result.note(f"mutating RPCs during the idle reconciles: {max(muts)} (must be 0)")
     emit(result, args.json)
     return 0
-
-
-def statistics_text(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    return f"median {ordered[len(ordered) // 2] * 1000:.0f} ms"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,260 @@
+"""``make bench``: every benchmark, one table, written into docs/performance.md.
+
+Each row runs in a process of its own (``benchmarks.bench_*``, and
+``plan_scale.py``) that takes one warm-up and ``--runs`` measured runs and
+hands its samples back as JSON. The table gives medians with the min-max
+range, the ratio of the medians and the target; the machine (CPU, cores,
+memory, versions, load average, other guests running) is printed above it.
+Nothing is asserted: a missed target is a "no" in the table.
+
+docs/performance.md keeps its hand-written text; only the part between the
+``bench:begin`` and ``bench:end`` markers is replaced.
+
+Run: ``PROXYFLEET_LAB_INSTANCE=2 make bench`` (a lab instance of its own, so
+that it can run beside the tests and the demo), or
+``.venv/bin/python -m benchmarks.run [--rows idle,create,...] [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.common import (
+    ROOT,
+    Metric,
+    Result,
+    lab_instance,
+    lab_up,
+    load_text,
+    machine_info,
+)
+
+DOC = ROOT / "docs" / "performance.md"
+BEGIN = "<!-- bench:begin (written by make bench; edit outside these markers) -->"
+END = "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    command: list[str]
+
+
+ROWS = (
+    Row("idle", ["-m", "benchmarks.bench_idle"]),
+    Row("create", ["-m", "benchmarks.bench_create"]),
+    Row("upload", ["-m", "benchmarks.bench_upload"]),
+    Row("trigger", ["-m", "benchmarks.bench_trigger"]),
+    Row("plan", [str(ROOT / "benchmarks" / "plan_scale.py")]),
+)
+
+
+def run_row(row: Row, runs: int, scratch: Path) -> tuple[Result | None, float]:
+    out = scratch / f"{row.key}.json"
+    started = time.monotonic()
+    print(f"\n=== {row.key} ===", flush=True)
+    proc = subprocess.run(
+        [sys.executable, *row.command, "--runs", str(runs), "--json", str(out)],
+        cwd=ROOT,
+        check=False,
+    )
+    seconds = time.monotonic() - started
+    if proc.returncode != 0 or not out.exists():
+        print(f"=== {row.key} failed (exit {proc.returncode}) ===", flush=True)
+        return None, seconds
+    return Result.load(out), seconds
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+Line = tuple[str, str, str, str, str, str]
+
+
+def idle_line(r: Result) -> Line:
+    pf, floor, rpcs = r.metrics["proxyfleet"], r.metrics["floor"], r.metrics["rpcs"]
+    ratio = pf.median / floor.median
+    muts = int(max(r.metrics["mutating"].samples))
+    return (
+        "1. idle reconcile: 200 owned (shut off) + 20 foreign VMs, observe + plan",
+        f"{in_ms(pf)}, {int(rpcs.median)} RPCs, {muts} mutating",
+        f"minimal libvirt loop {in_ms(floor)}, {int(r.metrics['floor_rpcs'].median)} RPCs",
+        _ratio(pf.median, floor.median),
+        "<= 1.2x, 0 mutating",
+        _met(ratio <= 1.2 and muts == 0),
+    )
+
+
+def in_ms(metric: Metric) -> str:
+    return Metric(metric.name, "ms", [s * 1000 for s in metric.samples]).text(0)
+
+
+def create_lines(r: Result) -> list[Line]:
+    floor = r.metrics.get("floor")
+    lines: list[Line] = []
+    for key, what in (
+        ("proxyfleet", "2. create 20 VMs (define + start, boot not awaited)"),
+        ("proxyfleet_wider", "2b. the same with `concurrency.perHost: 4`"),
+    ):
+        pf = r.metrics.get(key)
+        if pf is None:
+            continue
+        lines.append(
+            (
+                what,
+                f"`apply --no-wait` {pf.text(1)}",
+                f"`kcli create vm -c 20` {floor.text(1)}" if floor else "kcli not run",
+                _ratio(pf.median, floor.median) if floor else "-",
+                "<= 0.5x",
+                _met(pf.median / floor.median <= 0.5) if floor else "-",
+            )
+        )
+    return lines
+
+
+def upload_line(r: Result) -> Line:
+    pf, floor = r.metrics["proxyfleet"], r.metrics["floor"]
+    return (
+        "3. upload a 1 GiB base image (sha256 while streaming)",
+        f"`ensure_image` {pf.text(0)}",
+        f"`scp` {floor.text(0)}",
+        _ratio(pf.median, floor.median),
+        ">= 0.9x",
+        _met(pf.median / floor.median >= 0.9),
+    )
+
+
+def trigger_lines(r: Result) -> list[Line]:
+    lines: list[Line] = []
+    for key, what in (("webhook", "webhook"), ("watch", "file watch")):
+        m = r.metrics[key]
+        started = r.metrics[f"{key}_started"]
+        lines.append(
+            (
+                f"4. commit -> first create RPC, {what}",
+                f"{m.text(2)} (VM started after {started.median:.1f} s)",
+                "-",
+                "-",
+                "<= 2 s",
+                _met(m.median <= 2.0),
+            )
+        )
+    return lines
+
+
+def plan_line(r: Result) -> Line:
+    pf, rss = r.metrics["proxyfleet"], r.metrics["rss"]
+    return (
+        "5. plan 5,000 proxies / 100 hosts",
+        f"{pf.text(2)}, peak RSS {rss.median:.0f} MiB",
+        "-",
+        "-",
+        "<= 1 s, <= 200 MB",
+        _met(pf.median <= 1.0 and rss.median * 2**20 / 1e6 <= 200),
+    )
+
+
+LINES: dict[str, Callable[[Result], list[Line]]] = {
+    "idle": lambda r: [idle_line(r)],
+    "create": create_lines,
+    "upload": lambda r: [upload_line(r)],
+    "trigger": trigger_lines,
+    "plan": lambda r: [plan_line(r)],
+}
+
+
+def table(lines: list[Line]) -> str:
+    head = ("benchmark", "proxyfleet: median (min-max)", "baseline", "ratio", "target", "met")
+    rows = [head, ("---",) * len(head), *lines]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def render(
+    machine: dict[str, str],
+    lines: list[Line],
+    results: dict[str, Result | None],
+    *,
+    runs: int,
+    started: datetime,
+    seconds: dict[str, float],
+) -> str:
+    parts = [
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on lab instance {lab_instance()}: "
+        f"median of {runs} runs after a warm-up, min-max in brackets.",
+        "",
+        "| machine | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in machine.items()),
+        "",
+        table(lines),
+        "",
+    ]
+    for key, result in results.items():
+        took = f" [{seconds[key]:.0f} s]"
+        if result is None:
+            parts.append(f"- **{key}**: failed; run it alone to see why{took}")
+            continue
+        load = f"load {load_text(result.load_before)} before, {load_text(result.load_after)} after"
+        busy = f"; {result.busy}" if result.busy else ""
+        notes = "; ".join(result.notes)
+        parts.append(f"- **{key}**{took}: {notes} ({load}{busy})")
+    return "\n".join(parts) + "\n"
+
+
+def write_doc(body: str) -> None:
+    text = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{body}{END}{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--rows", default=",".join(r.key for r in ROWS), help="comma-separated subset"
+    )
+    parser.add_argument("--no-doc", action="store_true", help="print only")
+    args = parser.parse_args()
+    wanted = args.rows.split(",")
+    started = datetime.now(UTC)
+    lab_up()
+    machine = machine_info()
+    print("\n".join(f"{k}: {v}" for k, v in machine.items()), flush=True)
+    results: dict[str, Result | None] = {}
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="pf-bench-") as scratch:
+        for row in ROWS:
+            if row.key in wanted:
+                results[row.key], seconds[row.key] = run_row(row, args.runs, Path(scratch))
+    machine["load average"] += f" at the start; {load_text(os.getloadavg())} at the end"
+    lines: list[Line] = []
+    for key, result in results.items():
+        if result is not None:
+            lines.extend(LINES[key](result))
+    body = render(machine, lines, results, runs=args.runs, started=started, seconds=seconds)
+    print("\n" + body, flush=True)
+    if not args.no_doc:
+        write_doc(body)
+        print(f"written to {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
