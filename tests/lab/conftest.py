@@ -33,8 +33,9 @@ def lab_session() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def lab(lab_session: None) -> dict[str, Any]:
-    """A 2-host lab for this module; lab.json's content. ``up`` is idempotent and cheap when
-    the lab already runs, and brings it back if a test (test_lab_hosts) took it down."""
-    lab_cli("up", "--hosts", "2")
+def lab(lab_session: None, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A lab of the module's ``LAB_HOSTS`` hosts (default 2); lab.json's content. ``up`` is
+    idempotent and cheap when the lab already runs, brings it back if a test (test_lab_hosts)
+    took it down, and removes hosts beyond the count."""
+    lab_cli("up", "--hosts", str(getattr(request.module, "LAB_HOSTS", 2)))
     return dict(json.loads((lab_config.STATE / "lab.json").read_text()))

@@ -1,20 +1,19 @@
 """The lab image on lab hosts, through plain libvirt: both firmwares boot, DHCP on the host's
-bridge gives an address, the guest agent reports it, and squid relays the lab's 204 probe."""
+bridge gives an address, the guest agent reports it, and squid, off in the image until the
+guest's user-data configures and starts it, relays the lab's 204 probe."""
 
 from __future__ import annotations
 
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from lab import config as lab_config
+from labutil import SQUID_BEFORE, layout, probe_through, squid_user_data
+
 from lab.boottest import make_seed
 
-STATE = lab_config.STATE
 VIRSH = "virsh -q -c qemu:///system"
 
 
@@ -87,29 +86,19 @@ def agent_ipv4(lab: dict[str, Any], host: str, name: str) -> str | None:
     return None
 
 
-def probe_through(ip: str, url: str) -> int | None:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://{ip}:3128"}))
-    try:
-        with opener.open(url, timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return None
-
-
 def test_the_image_boots_by_uefi_and_by_bios_and_its_squid_relays_the_lab_probe(
     lab: dict[str, Any],
 ) -> None:
     image = Path(lab["image"]["path"])
-    guests = {"pfhost1": "uefi", "pfhost2": "bios"}
+    first, second = (h["name"] for h in lab["hosts"][:2])
+    guests = {first: "uefi", second: "bios"}
     started = time.monotonic()
     names = {}
     try:
         for host, firmware in guests.items():
             name = f"labtest-{firmware}"
             names[host] = name
-            pool = STATE / "hosts" / host / "var-lib-libvirt" / "images"
+            pool = layout(host).state / "var-lib-libvirt" / "images"
             disk, seed = (
                 f"/var/lib/libvirt/images/{name}.qcow2",
                 f"/var/lib/libvirt/images/{name}-seed.iso",
@@ -132,7 +121,7 @@ def test_the_image_boots_by_uefi_and_by_bios_and_its_squid_relays_the_lab_probe(
             )
             make_seed(
                 pool / f"{name}-seed.iso",
-                user_data=b"#cloud-config\n",
+                user_data=squid_user_data(name).encode(),
                 instance_id=f"{name}-{time.time_ns()}",
                 hostname=name,
             )
@@ -151,7 +140,10 @@ def test_the_image_boots_by_uefi_and_by_bios_and_its_squid_relays_the_lab_probe(
                     ip = agent_ipv4(lab, host, name)
                     if ip is not None:
                         ips[host] = (ip, time.monotonic() - started)
-                if host in ips and probe_through(ips[host][0], lab["probeUrl"]) == 204:
+                probe = probe_through(ips[host][0], lab["probeUrl"]) if host in ips else None
+                if probe is not None and probe.status == 204:
+                    # The Via header: squid was stopped and disabled until runcmd started it.
+                    assert f"{name}-v1-{SQUID_BEFORE}" in probe.via, probe
                     results[host] = (ips[host][1], time.monotonic() - started)
                     del pending[host]
             time.sleep(3)
