@@ -384,6 +384,44 @@ def test_a_replacement_that_cannot_be_created_never_touches_the_old_vm() -> None
     assert ("delete", old) not in host.calls
 
 
+def second_step(host: LocalFakeHost, proxy: str) -> tuple[Action, Action]:
+    """The plan of the run after a replace: keep the new VM, delete the old one."""
+    new = f"pf-home-{proxy}-dddddddd"
+    host.domains[new] = Domain(new, DomainState.RUNNING, Owner("home", proxy, DIGEST))
+    host.addresses_of[new] = ("192.0.2.60",)
+    old = old_vm(host, proxy)
+    keep = Action(ActionKind.KEEP, "up to date", proxy, "kvm01", new, digest=DIGEST)
+    why = f"replaced by {new} on kvm01, which is running"
+    return keep, Action(ActionKind.DELETE, why, proxy, "kvm01", old)
+
+
+def test_the_second_step_of_a_replace_keeps_the_old_vm_while_the_new_one_is_unhealthy() -> None:
+    # Seen on the lab: a replace failed (new VM not healthy in time, old kept) and the next
+    # run's second step deleted the old, working VM because the new one was merely running.
+    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=60, poll_interval=5))
+    keep, delete = second_step(host, "a")
+    run.prober.unhealthy.add("192.0.2.60")
+
+    (outcome,) = run.execute(keep, delete)
+
+    assert outcome.result is ActionResult.FAILED
+    assert "pf-home-a-dddddddd on kvm01, which stays for a, did not become healthy" in outcome.error
+    assert f"{delete.domain} kept" in outcome.error
+    assert delete.domain in host.domains and host.mutating_calls() == []
+    assert 55 <= run.time.elapsed <= 60
+
+
+def test_the_second_step_of_a_replace_deletes_the_old_vm_once_the_new_one_is_healthy() -> None:
+    run, host = one_host_run("a")
+    keep, delete = second_step(host, "a")
+
+    (outcome,) = run.execute(keep, delete)
+
+    assert outcome.result is ActionResult.SUCCEEDED
+    assert run.prober.calls == ["192.0.2.60"]
+    assert set(host.domains) == {"pf-home-a-dddddddd"}
+
+
 def test_a_stop_request_finishes_the_action_in_flight_and_skips_the_rest() -> None:
     stop = threading.Event()
     run, host = one_host_run(

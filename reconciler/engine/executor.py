@@ -11,7 +11,11 @@ make no call at all.
 - start: ``start``.
 - relabel: ``set_owner`` with the ownership record the plan carries (the one
   the VM was observed with, only ``protect`` changed).
-- delete: ``delete``; a domain already gone counts as deleted.
+- delete: ``delete``; a domain already gone counts as deleted. When the plan keeps
+  another VM of the same proxy (the second step of a replace, or a duplicate), that
+  VM must pass its health check first (``replace_timeout``), as in a replace:
+  otherwise a replace that failed because its new VM never got healthy would lose
+  the old, working VM one run later.
 - replace: create the new VM, wait until it has an IP and passes its health
   check (``replace_timeout``), and only then delete the old one. A new VM that
   never gets healthy leaves the old one running and the outcome failed.
@@ -102,10 +106,16 @@ class Executor:
         self._runtime = runtime
         self._memo_lock = threading.Lock()
         self._memo: dict[tuple[str, ...], _Once] = {}
+        self._keepers: dict[str, tuple[str, str]] = {}
 
     def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
         """One outcome per mutating action of ``plan``, in plan order."""
         actions = [a for a in plan.actions if a.kind in MUTATING]
+        self._keepers = {
+            a.proxy: (a.host, a.domain)
+            for a in plan.actions
+            if a.kind in (ActionKind.KEEP, ActionKind.START) and a.proxy and a.host and a.domain
+        }
         queues: dict[str, deque[int]] = {}
         for index, action in enumerate(actions):
             queues.setdefault(action.host or "", deque()).append(index)
@@ -183,6 +193,7 @@ class Executor:
                 attempts,
             )
         elif action.kind is ActionKind.DELETE:
+            self._wait_for_keeper(action, domain)
             self._delete(host, domain, attempts)
         elif action.kind is ActionKind.REPLACE:
             self._replace(action, host, domain, attempts)
@@ -253,6 +264,32 @@ class Executor:
             )
         log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
         self._delete(self._host(old.host), old.domain, attempts)
+
+    def _wait_for_keeper(self, action: Action, domain: str) -> None:
+        """For a delete of a VM whose proxy keeps another VM: that VM must be healthy first."""
+        keeper = self._keepers.get(action.proxy or "")
+        proxy = self._repo.proxy(action.proxy or "")
+        if keeper is None or proxy is None or keeper == (action.host, domain):
+            return
+        keeper_host, keeper_domain = keeper
+        timeout = self._settings.replace_timeout
+        checked = check_vm(
+            self._host(keeper_host),
+            keeper_domain,
+            proxy.health,
+            self._prober,
+            wait=timeout,
+            settings=self._settings,
+            runtime=self._runtime,
+        )
+        if checked.health is not Health.HEALTHY:
+            why = checked.detail or "no health check passed"
+            if self._runtime.stop.is_set():
+                why = f"shutdown requested while waiting ({why})"
+            raise ActionFailed(
+                f"{keeper_domain} on {keeper_host}, which stays for {proxy.name}, did not "
+                f"become healthy within {timeout:.0f} s: {why}; {domain} kept"
+            )
 
     def _delete(self, host: Hypervisor, domain: str, attempts: Attempts) -> None:
         try:
