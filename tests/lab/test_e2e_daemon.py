@@ -197,9 +197,10 @@ class LabHost:
         """Domains (name -> state, owned?), pool volumes and NVRAM files, in one SSH call."""
         out = self.sh(
             "for d in $(virsh -q -c qemu:///system list --all --name); do "
-            'echo "dom $d $(virsh -c qemu:///system domstate $d | head -1 | tr " " _) '
-            f"$(virsh -c qemu:///system metadata $d --uri {NAMESPACE} >/dev/null 2>&1 "
-            '&& echo owned || echo foreign)"; done; '
+            's=$(virsh -c qemu:///system domstate $d 2>/dev/null | head -1 | tr " " _); '
+            f"o=$(virsh -c qemu:///system metadata $d --uri {NAMESPACE} >/dev/null 2>&1 "
+            "&& echo owned || echo foreign); "
+            'echo "dom $d ${s:-gone} $o"; done; '
             f"for f in $(ls {POOL_DIR}); do echo vol $f; done; "
             f"for f in $(ls {NVRAM_DIR}); do echo nvram $f; done"
         )
@@ -208,7 +209,8 @@ class LabHost:
             kind, _, rest = line.partition(" ")
             if kind == "dom":
                 name, state, owner = rest.split()
-                world.domains[name] = (state, owner == "owned")
+                if state != "gone":  # deleted between the listing and the look
+                    world.domains[name] = (state, owner == "owned")
             elif kind == "vol":
                 world.volumes.append(rest)
             elif kind == "nvram":
