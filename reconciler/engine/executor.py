@@ -290,6 +290,13 @@ class Executor:
                 f"{keeper_domain} on {keeper_host}, which stays for {proxy.name}, did not "
                 f"become healthy within {timeout:.0f} s: {why}; {domain} kept"
             )
+        log.info(
+            "VM %s on %s is healthy at %s; deleting %s.",
+            keeper_domain,
+            keeper_host,
+            checked.ip,
+            domain,
+        )
 
     def _delete(self, host: Hypervisor, domain: str, attempts: Attempts) -> None:
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -49,9 +50,9 @@ SECRET = b"lab-hook-secret"
 NAMESPACE = "urn:proxyfleet:instance:v1"
 POOL_DIR = "/var/lib/libvirt/images"
 NVRAM_DIR = "/var/lib/libvirt/qemu/nvram"
-CONVERGE_TIMEOUT = 900.0
+CONVERGE_TIMEOUT = 1200.0
 """Seconds for one boot to a healthy proxy under TCG on shared cores: ~100 s on a quiet
-machine, 280 s and more while other labs boot their guests on the same two cores."""
+machine, 6 to 14 minutes while other labs boot dozens of guests on the same two cores."""
 
 
 # -- the fleet repo ---------------------------------------------------------------------
@@ -559,9 +560,11 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     timings["replace"] = time.monotonic() - t0
     second = host.world().ours()[0]
     log = daemon.log()
-    healthy_at = log.find(f"New VM {second} is healthy")
-    deleted_at = log.find(f"deleted domain {first}")
-    assert 0 <= healthy_at < deleted_at, log[-4000:]
+    # Within the replace, or (when the new VM needed longer than replaceTimeout) in the
+    # next cycle's second step, which waits for the same health check.
+    healthy = re.search(rf"VM {second}( on \S+)? is healthy at", log)
+    assert healthy is not None, log[-4000:]
+    assert healthy.start() < log.find(f"deleted domain {first}"), log[-4000:]
     assert rig.leaks() == [], rig.leaks()
     proxy = next(p for p in remote.status()["proxies"] if p["name"] == PROXY)
     assert (proxy["domain"], proxy["health"]) == (second, "healthy"), proxy
