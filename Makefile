@@ -11,7 +11,7 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc pkg-config libvirt-dev \
 STAMP_APT := .make/apt.stamp
 STAMP_VENV := .make/venv.stamp
 
-.PHONY: deps test lint unit demo lab-up lab-down bench clean
+.PHONY: deps test test-lab lint unit demo lab-up lab-down bench clean
 
 deps: $(STAMP_APT) $(STAMP_VENV)
 
@@ -41,8 +41,13 @@ lint: deps
 unit: deps
 	$(BIN)/pytest -q -m "not integration and not lab"
 
+# The lab end-to-end tests (real guests booting under TCG, 20-40 min) run in
+# `make test-lab`; they are not yet proven stable enough for every CI run.
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not lab"
+
+test-lab: deps
+	$(BIN)/pytest -q -m lab tests/lab
 
 demo: deps
 	$(BIN)/python -m lab.demo
