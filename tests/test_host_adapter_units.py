@@ -135,6 +135,9 @@ def test_host_keys_are_checked_strictly_and_errors_name_the_offered_fingerprint(
         (libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_FROM_DOMAIN, PermanentError),
         (libvirt.VIR_ERR_OPERATION_INVALID, libvirt.VIR_FROM_QEMU, PermanentError),
         (libvirt.VIR_ERR_NO_STORAGE_POOL, libvirt.VIR_FROM_STORAGE, PermanentError),
+        # "client socket is closed": a handle of a connection dropped since (libvirtd restart)
+        (libvirt.VIR_ERR_INTERNAL_ERROR, libvirt.VIR_FROM_RPC, TransientError),
+        (libvirt.VIR_ERR_INTERNAL_ERROR, libvirt.VIR_FROM_QEMU, PermanentError),
     ],
 )
 def test_libvirt_errors_are_classified_once_with_their_code_and_name(

@@ -86,11 +86,21 @@ def classify(exc: libvirt.libvirtError, *, host: str, rpc: str, link_alive: bool
     message = exc.get_error_message() or str(exc)
     if code in NOT_FOUND:
         kind: type[HostError] = NotFoundError
-    elif code in TRANSIENT or not link_alive:
+    elif code in TRANSIENT or not link_alive or _stale_handle(exc):
         kind = TransientError
     else:
         kind = PermanentError
     return kind(message, host=host, rpc=rpc, code=code, code_name=name)
+
+
+def _stale_handle(exc: libvirt.libvirtError) -> bool:
+    """A domain, pool or volume handle of a connection that has since been dropped (libvirtd
+    restarted): libvirt says "client socket is closed" as an internal RPC error. The object
+    is fine; a retry looks it up again on the live connection."""
+    return (
+        exc.get_error_code() == libvirt.VIR_ERR_INTERNAL_ERROR
+        and exc.get_error_domain() in LINK_DOMAINS
+    )
 
 
 def _link_failed(exc: libvirt.libvirtError, *, alive: bool) -> bool:
