@@ -282,5 +282,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(lab_hosts.LabError):  # a lost sample is no evidence
-                self.samples.append((time.time(), frozenset(running(self.host))))
+                seen = frozenset(running(self.host))
+                # Stamped when the answer is in: the state it shows held at or before then.
+                self.samples.append((time.time(), seen))
             self._stop.wait(self.interval)
