@@ -38,7 +38,7 @@ from typing import Protocol, TypeVar
 
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.naming import resolve_image
-from reconciler.engine.check import Prober, check_vm
+from reconciler.engine.check import Prober, VmHealth, check_vm
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
@@ -245,25 +245,35 @@ class Executor:
         proxy = self._repo.proxy(_required(action.proxy, "proxy", action))
         assert proxy is not None  # _create resolved it
         timeout = self._settings.replace_timeout
-        checked = check_vm(
-            host,
-            domain,
-            proxy.health,
-            self._prober,
-            wait=timeout,
-            settings=self._settings,
-            runtime=self._runtime,
-        )
-        if checked.health is not Health.HEALTHY:
-            why = checked.detail or "no health check passed"
-            if self._runtime.stop.is_set():
-                why = f"shutdown requested while waiting ({why})"
+        checked, why = self._await_healthy(host, domain, proxy)
+        if why:
             raise ActionFailed(
                 f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
                 f"old VM {old.domain} on {old.host} kept"
             )
         log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
         self._delete(self._host(old.host), old.domain, attempts)
+
+    def _await_healthy(self, host: Hypervisor, domain: str, proxy: Proxy) -> tuple[VmHealth, str]:
+        """Wait up to replace_timeout for ``domain`` to pass its health check.
+
+        Returns the check and "" when healthy, else the check and why not.
+        """
+        checked = check_vm(
+            host,
+            domain,
+            proxy.health,
+            self._prober,
+            wait=self._settings.replace_timeout,
+            settings=self._settings,
+            runtime=self._runtime,
+        )
+        if checked.health is Health.HEALTHY:
+            return checked, ""
+        why = checked.detail or "no health check passed"
+        if self._runtime.stop.is_set():
+            why = f"shutdown requested while waiting ({why})"
+        return checked, why
 
     def _wait_for_keeper(self, action: Action, domain: str) -> None:
         """For a delete of a VM whose proxy keeps another VM: that VM must be healthy first."""
@@ -273,19 +283,8 @@ class Executor:
             return
         keeper_host, keeper_domain = keeper
         timeout = self._settings.replace_timeout
-        checked = check_vm(
-            self._host(keeper_host),
-            keeper_domain,
-            proxy.health,
-            self._prober,
-            wait=timeout,
-            settings=self._settings,
-            runtime=self._runtime,
-        )
-        if checked.health is not Health.HEALTHY:
-            why = checked.detail or "no health check passed"
-            if self._runtime.stop.is_set():
-                why = f"shutdown requested while waiting ({why})"
+        checked, why = self._await_healthy(self._host(keeper_host), keeper_domain, proxy)
+        if why:
             raise ActionFailed(
                 f"{keeper_domain} on {keeper_host}, which stays for {proxy.name}, did not "
                 f"become healthy within {timeout:.0f} s: {why}; {domain} kept"
