@@ -41,10 +41,12 @@ lint: deps
 unit: deps
 	$(BIN)/pytest -q -m "not integration and not lab"
 
-# The lab end-to-end tests (real guests booting under TCG, 20-40 min) run in
-# `make test-lab`; they are not yet proven stable enough for every CI run.
+# The whole suite: lint, the unit and integration tests (real libvirtd + sshd on
+# 127.0.0.1), then the lab end-to-end tests (namespaced hypervisors, real guests booting
+# under TCG; the guest image is built on the first run, ~3-4 min, and cached).
 test: lint
 	$(BIN)/pytest -q -m "not lab"
+	$(BIN)/pytest -q -m lab tests/lab
 
 test-lab: deps
 	$(BIN)/pytest -q -m lab tests/lab
