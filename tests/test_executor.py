@@ -96,20 +96,20 @@ def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, LocalFakeHost]:
     return Run(repo, {"kvm01": host}, **kwargs), host  # type: ignore[arg-type]
 
 
-def test_actions_run_in_parallel_across_hosts_and_at_most_two_at_once_per_host() -> None:
+def test_actions_run_in_parallel_across_hosts_and_at_most_four_at_once_per_host() -> None:
     overall = Gauge()
     names = ("kvm01", "kvm02", "kvm03")
     hosts = {n: LocalFakeHost(n, gauge=overall, call_seconds=0.05) for n in names}
-    proxies = [f"p{h}-{i}" for h in range(3) for i in range(4)]
+    proxies = [f"p{h}-{i}" for h in range(3) for i in range(6)]
     repo = make_repo(tuple(make_proxy(p) for p in proxies), tuple(make_host(n) for n in names))
     run = Run(repo, hosts)
 
     outcomes = run.execute(*(create(p, names[int(p[1])]) for p in proxies))
 
-    assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 12
-    assert [h.gauge.max for h in hosts.values()] == [2, 2, 2]
-    assert overall.max > 2
-    print(f"max mutating calls at once: per host 2, overall {overall.max}")
+    assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 18
+    assert [h.gauge.max for h in hosts.values()] == [4, 4, 4]
+    assert overall.max > 4
+    print(f"max mutating calls at once: per host 4, overall {overall.max}")
 
 
 def test_a_per_host_concurrency_of_one_runs_a_host_serially() -> None:

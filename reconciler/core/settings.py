@@ -144,7 +144,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             level=str(log.get("level", "info")), format=str(log.get("format", "logfmt"))
         ),
         concurrency=ConcurrencySettings(
-            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 2))
+            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 4))
         ),
         state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
     )

@@ -33,7 +33,7 @@ class SshSettings:
 class ApplySettings:
     """How the engine carries out a plan and checks the result (the executor's knobs)."""
 
-    per_host_concurrency: int = 2
+    per_host_concurrency: int = 4
     """Actions running at once on one host; hosts themselves run in parallel."""
     max_attempts: int = 5
     """Tries per host call on transient errors, the first included."""
@@ -130,7 +130,7 @@ class LogSettings:
 
 @dataclass(frozen=True, slots=True)
 class ConcurrencySettings:
-    per_host: int = 2
+    per_host: int = 4
     """Actions running at the same time on one host (hosts themselves run in parallel)."""
 
 
