@@ -23,6 +23,8 @@ their input through here, so a case reads like the situation it describes
         - {name: win11, state: shutoff}           # foreign: no owner
         - {like: web-1}                           # foreign, named as web-1's VM
         - {name: pf-x, fleet: other, proxy: web-1}  # foreign: another fleet
+        - {volumesOf: web-9, digest: old}         # pool volumes: web-9's overlay and seed
+        - {volume: base-debian.qcow2}             # one pool volume, by name
       kvm02: unreachable
 
 An owned domain's name defaults to ``pf-<fleet>-<proxy>-<digest[:8]>``; a
@@ -31,7 +33,11 @@ host), ``of:<proxy>`` (another proxy's current digest here) or any other
 text, which becomes sha256(text); ``current`` (the default) for a proxy the
 case does not list is sha256 of some text too. An owned VM's recorded
 ``protect`` defaults to its manifest's ``lifecycle.protect`` (what the VM was
-created with), or false without a manifest.
+created with), or false without a manifest. ``volumesOf`` names the overlay
+and seed of the domain the proxy would have with that digest (``only: seed``
+or ``only: overlay`` for one of them); a volume entry adds no domain.
+``apply_plan`` gives new VMs their volumes, takes them away with deleted
+VMs, and removes what a cleanup names.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.core.digest import proxy_digest
-from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.naming import domain_name, resolve_image, vm_volumes
 from reconciler.model import (
     ActionKind,
     CloudInit,
@@ -142,9 +148,25 @@ def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
         if domains == "unreachable":
             hosts.append(HostInventory(name=host_name, reachable=False, error="unreachable"))
             continue
-        built = tuple(_domain(repo, host_name, d) for d in domains or [])
-        hosts.append(HostInventory(name=host_name, reachable=True, domains=built))
+        entries = domains or []
+        built = tuple(_domain(repo, host_name, d) for d in entries if not _is_volume(d))
+        volumes = tuple(v for d in entries if _is_volume(d) for v in _volumes(repo, host_name, d))
+        hosts.append(HostInventory(name=host_name, reachable=True, domains=built, volumes=volumes))
     return Inventory(hosts=tuple(hosts))
+
+
+def _is_volume(raw: Mapping[str, Any]) -> bool:
+    return "volume" in raw or "volumesOf" in raw
+
+
+def _volumes(repo: Repo, host: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
+    if "volume" in raw:
+        return (raw["volume"],)
+    fleet = raw.get("fleet", repo.fleet.name)
+    digest = _digest(repo, raw["volumesOf"], host, raw.get("digest", "current"))
+    overlay, seed = vm_volumes(domain_name(fleet, raw["volumesOf"], digest))
+    only = raw.get("only")
+    return {"seed": (seed,), "overlay": (overlay,)}.get(only, (overlay, seed))
 
 
 def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
@@ -185,6 +207,7 @@ def apply_plan(
     executor deleted the old VM too; otherwise the old VM is left for a later run.
     """
     hosts = {h.name: {d.name: d for d in h.domains} for h in inventory.hosts}
+    volumes = {h.name: set(h.volumes) for h in inventory.hosts}
     for a in result.actions:
         host = hosts.get(a.host or "")
         if a.kind in (ActionKind.CREATE, ActionKind.REPLACE):
@@ -194,8 +217,10 @@ def apply_plan(
             assert proxy is not None
             owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
             host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
+            volumes[a.host or ""].update(vm_volumes(a.domain))
             if a.replaces is not None and healthy:
                 del hosts[a.replaces.host][a.replaces.domain]
+                volumes[a.replaces.host] -= set(vm_volumes(a.replaces.domain))
         elif a.kind is ActionKind.START:
             assert host is not None and a.domain in host
             host[a.domain] = dataclasses.replace(host[a.domain], state=DomainState.RUNNING)
@@ -205,8 +230,16 @@ def apply_plan(
         elif a.kind is ActionKind.DELETE:
             assert host is not None and a.domain in host
             del host[a.domain]
+            volumes[a.host or ""] -= set(vm_volumes(a.domain))
+        elif a.kind is ActionKind.CLEANUP:
+            assert host is not None and a.domain not in host
+            assert set(a.volumes) <= volumes[a.host or ""], "a cleanup of volumes not there"
+            volumes[a.host or ""] -= set(a.volumes)
     return Inventory(
         hosts=tuple(
-            dataclasses.replace(h, domains=tuple(hosts[h.name].values())) for h in inventory.hosts
+            dataclasses.replace(
+                h, domains=tuple(hosts[h.name].values()), volumes=tuple(sorted(volumes[h.name]))
+            )
+            for h in inventory.hosts
         )
     )

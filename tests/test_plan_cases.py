@@ -24,7 +24,7 @@ import pytest
 from planworld import apply_plan, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
-from reconciler.core.naming import domain_name
+from reconciler.core.naming import domain_name, vm_volumes, volume_domain
 from reconciler.core.planner import plan
 from reconciler.model import Action, ActionKind, Inventory, Plan, Repo
 
@@ -120,6 +120,11 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
             assert a.proxy is not None and a.host is not None and a.digest is not None
             assert a.digest == desired_digest(repo, a.proxy, a.host)
             assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
+        if ActionKind.CLEANUP in (a.kind, a.blocks):
+            _assert_safe_cleanup(repo, inventory, result, a)
+    assert all(
+        not a.volumes for a in result.actions if ActionKind.CLEANUP not in (a.kind, a.blocks)
+    )
     # Deterministic, whatever order the inventory lists hosts and domains in.
     assert plan(repo, inventory) == result
     shuffle = random.Random(7)
@@ -128,3 +133,19 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
         for h in reversed(inventory.hosts)
     ]
     assert plan(repo, Inventory(hosts=tuple(shuffled))) == result
+
+
+def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:
+    """A cleanup names only this fleet's volume names, present on its host, of a domain that
+    neither exists there nor is named by any other action of the plan on that host."""
+    host = inventory.host(a.host or "")
+    assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
+    assert a.domain is not None and a.proxy is None
+    assert a.volumes and set(a.volumes) <= set(host.volumes)
+    assert list(a.volumes) == [v for v in vm_volumes(a.domain) if v in a.volumes]
+    for volume in a.volumes:
+        found = volume_domain(repo.fleet.name, volume)
+        assert found is not None and found[0] == a.domain
+    assert a.domain not in {d.name for d in host.domains}
+    others = [b for b in result.actions if b is not a and (b.host, b.domain) == (a.host, a.domain)]
+    assert others == [], f"{a} and {others} name the same domain"

@@ -68,17 +68,20 @@ def test_an_up_to_date_fleet_plans_no_changes_and_exits_0(
 
 
 def _drifted(repo: Repo) -> Inventory:
-    """First proxy stale, second missing, an orphan, and the last host unreachable."""
+    """First proxy stale, second missing, an orphan, volumes an interrupted create left, a
+    base image, and the last host unreachable."""
     converged = _converged(repo)
     first, second = repo.proxies[0].name, repo.proxies[1].name
     hosts = []
     for host in converged.hosts:
         domains = [d for d in host.domains if d.owner and d.owner.proxy not in (first, second)]
+        volumes: tuple[str, ...] = ()
         if any(d.owner and d.owner.proxy == first for d in host.domains):
+            volumes = ("base-debian-12.qcow2", "pf-home-gone-22222222.qcow2")
             domains.append(_vm(repo, first, host.name, stale=True))
             orphan = Owner(repo.fleet.name, "retired", "1" * 64)
             domains.append(Domain("pf-home-retired-11111111", DomainState.SHUTOFF, orphan))
-        hosts.append(HostInventory(host.name, True, domains=tuple(domains)))
+        hosts.append(HostInventory(host.name, True, domains=tuple(domains), volumes=volumes))
     last = repo.fleet.hosts[-1].name
     hosts = [h if h.name != last else HostInventory(last, False, error="timeout") for h in hosts]
     return Inventory(hosts=tuple(hosts))
@@ -100,8 +103,10 @@ def test_a_drifted_fleet_lists_changes_with_symbols_and_exits_2(
         line.startswith("  - delete") and "pf-home-retired-11111111" in line for line in lines
     )
     assert any(line.startswith("  ! blocked create") for line in lines)
+    assert any(line.startswith("  - cleanup") and "pf-home-gone-22222222" in line for line in lines)
+    assert "base-debian-12" not in out
     assert lines[-1].startswith(
-        "Plan: 1 to create, 0 to start, 0 to relabel, 1 to replace, 1 to delete, "
+        "Plan: 1 to create, 0 to start, 0 to relabel, 1 to replace, 1 to delete, 1 to clean up, "
     )
 
 
@@ -123,14 +128,27 @@ def test_json_output_has_the_documented_fields_and_summary(
         "delete",
         "blocked",
         "abandon",
+        "cleanup",
     }
-    keys = {"action", "proxy", "host", "domain", "digest", "reason", "blocks", "replaces"}
+    keys = {
+        "action",
+        "proxy",
+        "host",
+        "domain",
+        "digest",
+        "reason",
+        "blocks",
+        "replaces",
+        "volumes",
+    }
     assert all(set(a) == keys for a in document["actions"])
     (replace,) = [a for a in document["actions"] if a["action"] == "replace"]
     assert set(replace["replaces"]) == {"host", "domain"}
     assert replace["replaces"]["domain"].endswith("-00000000")
     blocked = [a for a in document["actions"] if a["action"] == "blocked"]
     assert blocked and all(a["blocks"] and a["reason"] for a in blocked)
+    (cleanup,) = [a for a in document["actions"] if a["action"] == "cleanup"]
+    assert cleanup["volumes"] == ["pf-home-gone-22222222.qcow2"]
     for kind, count in document["summary"].items():
         assert count == sum(a["action"] == kind for a in document["actions"])
 

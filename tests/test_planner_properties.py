@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from planworld import apply_plan, build_inventory, build_repo, desired_digest
 
+from reconciler.core.naming import volume_domain
 from reconciler.core.planner import plan
 from reconciler.model import (
     Action,
@@ -107,7 +108,17 @@ def _domains(repo: Repo, host: str) -> st.SearchStrategy[dict[str, Any]]:
     other_fleet = st.fixed_dictionaries(
         {"proxy": st.sampled_from(PROXIES), "fleet": st.just("office"), "digest": st.just("old")}
     )
-    return owned | owned | foreign | other_fleet
+    volumes = st.fixed_dictionaries(  # what a create killed before its define left
+        {
+            "proxy": st.sampled_from([*known, "gone-1", "gone-2"]),
+            "digest": st.sampled_from(["current", "old", "older"]),
+            "only": st.sampled_from(["overlay", "seed", "both"]),
+        }
+    ).map(lambda d: _fix_digest(d, known, in_fleet))
+    volume_entries = volumes.map(
+        lambda d: {"volumesOf": d["proxy"], "digest": d["digest"], "only": d["only"]}
+    ) | st.just({"volume": "base-debian.qcow2"})
+    return owned | owned | foreign | other_fleet | volume_entries
 
 
 def _fix_digest(raw: dict[str, Any], known: list[str], in_fleet: bool) -> dict[str, Any]:
@@ -195,6 +206,7 @@ def test_every_safety_rule_holds_in_any_world(world: tuple[Repo, Inventory]) -> 
             assert policy.prune and not owner.protect
         if a.kind is ActionKind.DELETE and manifest is not None:
             assert not manifest.lifecycle.protect
+    _assert_cleanups_touch_only_unused_volumes_of_this_fleet(repo, inventory, actions)
     _assert_nothing_running_goes_before_its_replacement_runs(repo, inventory, actions)
     _assert_relabels_change_only_protect_to_the_manifests(repo, owners, actions)
     for a in actions:
@@ -202,6 +214,22 @@ def test_every_safety_rule_holds_in_any_world(world: tuple[Repo, Inventory]) -> 
             replaced = repo.proxy(a.proxy or "")
             assert replaced is not None and not replaced.lifecycle.protect
     assert plan(repo, inventory) == plan(repo, inventory)
+
+
+def _assert_cleanups_touch_only_unused_volumes_of_this_fleet(
+    repo: Repo, inventory: Inventory, actions: tuple[Action, ...]
+) -> None:
+    named = [(a.host, a.domain) for a in actions if a.kind is not ActionKind.CLEANUP]
+    for a in actions:
+        if a.kind is not ActionKind.CLEANUP:
+            continue
+        host = inventory.host(a.host or "")
+        assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
+        assert a.domain not in {d.name for d in host.domains}, "volumes of a domain cleaned up"
+        assert (a.host, a.domain) not in named
+        assert a.volumes and set(a.volumes) <= set(host.volumes)
+        assert all(volume_domain(repo.fleet.name, v) is not None for v in a.volumes)
+        assert not any(v.startswith("base-") for v in a.volumes)
 
 
 def _assert_relabels_change_only_protect_to_the_manifests(

@@ -11,7 +11,10 @@ test against the fake means the same thing against a host:
   proxyfleet metadata it fails permanently;
 - ``set_owner`` refuses a domain whose owner is missing or names another
   fleet, proxy or digest, and records a mutation only when the owner changes;
-- ``start`` and ``addresses`` of a missing domain raise NotFoundError.
+- ``start`` and ``addresses`` of a missing domain raise NotFoundError;
+- ``create`` makes the overlay and seed volumes and ``delete`` removes them;
+  ``remove_volumes`` refuses names that are not the domain's, a domain that
+  exists, and volumes a domain uses (``uses``), as the real adapter does.
 
 Failure injection: ``unreachable = True`` makes every call raise
 TransientError; ``fail(method, error, times=N, target=...)`` raises ``error``
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from reconciler.core.naming import vm_volumes
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
 from reconciler.model.vm import VmSpec
@@ -37,7 +41,8 @@ ANY = "*"
 @dataclass(frozen=True, slots=True)
 class Call:
     method: str
-    """observe, ensure_image, create, start, set_owner, delete, addresses or close."""
+    """observe, ensure_image, create, start, set_owner, delete, remove_volumes, addresses or
+    close."""
     target: str = ""
     """The domain name, or the image key for ensure_image; '' for observe/close."""
 
@@ -63,6 +68,10 @@ class FakeHypervisor:
         self.overlays: dict[str, str] = {}
         """domain -> image key its overlay is backed by."""
         self.addresses_of: dict[str, tuple[str, ...]] = {}
+        self.volumes: set[str] = set()
+        """Names of the volumes in the pool (base images not included unless a test adds them)."""
+        self.uses: dict[str, frozenset[str]] = {}
+        """domain -> the volumes its disks name."""
         self.calls: list[Call] = []
         self.mutations: list[Call] = []
         self.unreachable = False
@@ -89,6 +98,13 @@ class FakeHypervisor:
         with self._lock:
             self.domains[name] = Domain(name=name, state=state, owner=owner)
 
+    def add_volumes(self, *names: str, used_by: str | None = None) -> None:
+        """Put volumes in the pool; ``used_by``: a domain whose disks name them."""
+        with self._lock:
+            self.volumes.update(names)
+            if used_by is not None:
+                self.uses[used_by] = self.uses.get(used_by, frozenset()) | set(names)
+
     def set_state(self, name: str, state: DomainState) -> None:
         with self._lock:
             self.domains[name] = replace(self.domains[name], state=state)
@@ -103,7 +119,8 @@ class FakeHypervisor:
         self._enter(Call("observe"))
         with self._lock:
             domains = tuple(sorted(self.domains.values(), key=lambda d: d.name))
-        return HostInventory(name=self._name, reachable=True, domains=domains)
+            volumes = tuple(sorted(self.volumes))
+        return HostInventory(name=self._name, reachable=True, domains=domains, volumes=volumes)
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
         call = Call("ensure_image", image.key)
@@ -141,6 +158,8 @@ class FakeHypervisor:
             self.domains[spec.domain] = Domain(spec.domain, DomainState.RUNNING, spec.owner)
             self.specs[spec.domain] = spec
             self.overlays[spec.domain] = spec.image.key
+            self.volumes.update((spec.overlay_name, spec.seed_name))
+            self.uses[spec.domain] = frozenset((spec.overlay_name, spec.seed_name))
             self.mutations.append(call)
 
     def start(self, domain: str) -> None:
@@ -185,8 +204,40 @@ class FakeHypervisor:
                 self.specs.pop(domain, None),
             ]
             self.addresses_of.pop(domain, None)
-            if any(item is not None for item in gone):
+            self.uses.pop(domain, None)
+            owned = self.volumes & set(vm_volumes(domain))
+            self.volumes -= owned
+            if owned or any(item is not None for item in gone):
                 self.mutations.append(call)
+
+    def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
+        call = Call("remove_volumes", domain)
+        self._enter(call)
+        with self._lock:
+            strange = [v for v in volumes if v not in vm_volumes(domain)]
+            if strange:
+                raise PermanentError(
+                    f"refusing to remove {', '.join(strange)}: "
+                    f"not a volume name of domain {domain}",
+                    host=self._name,
+                )
+            if domain in self.domains:
+                raise PermanentError(
+                    f"refusing to remove the volumes of domain {domain}: the domain exists",
+                    host=self._name,
+                )
+            users = sorted(d for d, used in self.uses.items() if used & set(volumes))
+            if users:
+                raise PermanentError(
+                    f"refusing to remove the volumes of domain {domain}: in use by "
+                    + "; ".join(f"domain {u}" for u in users),
+                    host=self._name,
+                )
+            deleted = tuple(v for v in volumes if v in self.volumes)
+            self.volumes -= set(deleted)
+            if deleted:
+                self.mutations.append(call)
+            return deleted
 
     def addresses(self, domain: str) -> tuple[str, ...]:
         self._enter(Call("addresses", domain))

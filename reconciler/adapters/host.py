@@ -25,9 +25,10 @@ class Hypervisor(Protocol):
         ...
 
     def observe(self) -> HostInventory:
-        """Every domain on the host with its state and owner (None if foreign).
+        """Every domain on the host with its state and owner (None if foreign), and the
+        names of the volumes in the host's pool (listed first).
 
-        Cost: 1 list RPC + 1 metadata read per domain. Raises TransientError
+        Cost: 2 RPCs for the volumes, 1 list RPC + 1 metadata read per domain. Raises TransientError
         when the host cannot be read; callers mark it unreachable.
         """
         ...
@@ -63,6 +64,17 @@ class Hypervisor(Protocol):
 
     def delete(self, domain: str) -> None:
         """Destroy, undefine (with NVRAM), remove overlay and seed. Gone already: no error."""
+        ...
+
+    def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
+        """Delete ``volumes`` (``domain``'s overlay and/or seed) of a domain that does not exist.
+
+        Confirms on the host first that no domain named ``domain`` exists and
+        that no domain's disk uses any of the volumes; refuses (PermanentError,
+        nothing deleted) otherwise, and for any other volume name. Returns the
+        names deleted (a volume already gone is skipped).
+        Cost: a few RPCs plus one XML read per domain on the host.
+        """
         ...
 
     def addresses(self, domain: str) -> tuple[str, ...]:

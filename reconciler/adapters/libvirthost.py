@@ -26,6 +26,7 @@ import libvirt
 from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hostcheck import HostReport, check_host
 from reconciler.adapters.libvirtrpc import LibvirtSession, RpcObserver
+from reconciler.adapters.unusedvolumes import remove_unused
 from reconciler.core.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.metadata import (
     NAMESPACE,
@@ -94,7 +95,13 @@ class LibvirtHost:
         return self._session
 
     def observe(self) -> HostInventory:
-        """1 RPC for every domain with its state, then one metadata read per domain.
+        """The pool's volume names (2 RPCs), 1 RPC for every domain with its state, then one
+        metadata read per domain.
+
+        Volumes are listed before domains: a domain defined in between is then
+        seen with its volumes, never the other way round (volumes that look
+        unused). A pool that does not exist gives no volumes (``hosts check``
+        reports it); any other failure fails the observation.
 
         ``virDomainGetMetadata`` returns only our element (about 400 bytes), not
         the whole domain XML, which libvirtd takes several times longer to
@@ -103,6 +110,7 @@ class LibvirtHost:
         connection (libvirt multiplexes calls), so the link's round trips
         overlap instead of adding up.
         """
+        volumes = self._volume_names()
         stats = self._session.call(
             "virConnectGetAllDomainStats",
             lambda c: c.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0),
@@ -118,7 +126,20 @@ class LibvirtHost:
             with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{self.name}") as pool:
                 found = list(pool.map(lambda item: self._read_domain(*item), listed))
         domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
-        return HostInventory(name=self.name, reachable=True, domains=tuple(domains))
+        return HostInventory(
+            name=self.name, reachable=True, domains=tuple(domains), volumes=volumes
+        )
+
+    def _volume_names(self) -> tuple[str, ...]:
+        try:
+            pool = self._images.pool()
+        except PermanentError as exc:
+            log.debug("host %s: no volumes listed: %s", self.name, exc)
+            return ()
+        listed = self._session.call(
+            "virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0)
+        )
+        return tuple(sorted(volume.name() for volume in listed))
 
     def _read_domain(self, dom: Any, state: DomainState) -> Domain | None:
         """The domain with its owner (None: foreign); None when it vanished meanwhile."""
@@ -238,6 +259,22 @@ class LibvirtHost:
         for volume in (f"{domain}.qcow2", f"{domain}-seed.iso"):
             if self._images.delete_volume(pool, volume):
                 log.info("host %s: deleted volume %s", self.name, volume)
+
+    def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
+        """Delete ``volumes`` of ``domain``, a domain that must not exist; returns those deleted.
+
+        Confirmed on the host right before deleting (reconciler.adapters.unusedvolumes):
+        only ``domain``'s overlay and seed names are accepted, no domain of that
+        name exists, and no domain's disk points at any of the volumes. Any
+        doubt is a PermanentError and nothing is deleted. A volume already gone
+        is skipped. Cost: 1 lookup, then see ``remove_unused``.
+        """
+        if self._lookup(domain) is not None:
+            raise PermanentError(
+                f"refusing to remove the volumes of domain {domain}: the domain exists",
+                host=self.name,
+            )
+        return remove_unused(self._session, self._images, domain, volumes)
 
     def addresses(self, domain: str) -> tuple[str, ...]:
         """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""

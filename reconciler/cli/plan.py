@@ -4,7 +4,8 @@ With ``--inventory FILE`` it plans offline against an inventory in the
 ``proxyfleet inventory --json`` format; without it, it reads the live hosts
 (host access as for ``apply``). ``--json`` prints the plan as JSON.
 
-Listing symbols: ``+`` create, ``-`` delete, ``-/+`` replace, ``~`` start or
+Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
+interrupted create), ``-/+`` replace, ``~`` start or
 relabel (the VM's recorded protect flag), ``!`` blocked (with the action it
 stopped), ``?`` abandoned. Up-to-date VMs
 are counted, not listed; a kept VM with something to say (shut off under
@@ -47,6 +48,7 @@ SYMBOLS = {
     ActionKind.REPLACE: "-/+",
     ActionKind.START: "~",
     ActionKind.RELABEL: "~",
+    ActionKind.CLEANUP: "-",
     ActionKind.BLOCKED: "!",
     ActionKind.ABANDON: "?",
     ActionKind.KEEP: "=",
@@ -57,6 +59,7 @@ _COLORS = {
     ActionKind.REPLACE: "33",  # yellow
     ActionKind.START: "36",  # cyan
     ActionKind.RELABEL: "36",
+    ActionKind.CLEANUP: "31",
     ActionKind.BLOCKED: "1;35",  # bold magenta
     ActionKind.ABANDON: "2",  # dim
     ActionKind.KEEP: "2",
@@ -67,6 +70,7 @@ _SUMMARY = (
     (ActionKind.RELABEL, "to relabel"),
     (ActionKind.REPLACE, "to replace"),
     (ActionKind.DELETE, "to delete"),
+    (ActionKind.CLEANUP, "to clean up"),
     (ActionKind.BLOCKED, "blocked"),
     (ActionKind.KEEP, "kept"),
     (ActionKind.ABANDON, "abandoned"),
@@ -139,6 +143,7 @@ def action_json(action: Action) -> dict[str, Any]:
         "reason": action.reason,
         "blocks": action.blocks.value if action.blocks is not None else None,
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
+        "volumes": list(action.volumes),
     }
 
 

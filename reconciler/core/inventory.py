@@ -6,13 +6,15 @@
       {"name": "kvm01", "reachable": true, "domains": [
         {"name": "pf-home-web-1-0123abcd", "state": "running",
          "owner": {"fleet": "home", "proxy": "web-1", "digest": "<sha256 hex>"}},
-        {"name": "windows11", "state": "shutoff", "owner": null}]},
+        {"name": "windows11", "state": "shutoff", "owner": null}],
+       "volumes": ["base-debian-12.qcow2", "pf-home-web-1-0123abcd.qcow2"]},
       {"name": "kvm02", "reachable": false, "error": "ssh: connection refused"}]}
 
 ``state`` is one of running, shutoff, paused, crashed, other. ``owner`` may also
 carry the provenance recorded at creation: ``imageKey``, ``imageSha256``,
 ``revision``, ``created`` (strings) and ``protect`` (bool); they are written
-only when set. An unreachable host lists no domains. Parsing collects every
+only when set. ``volumes`` (optional, default none) names the volumes of the
+host's pool. An unreachable host lists no domains and no volumes. Parsing collects every
 problem, each naming the file and the field (``hosts[1].domains[0].state``),
 and raises one InvalidInput.
 """
@@ -71,6 +73,8 @@ def _host_to_dict(host: HostInventory) -> dict[str, Any]:
     out: dict[str, Any] = {"name": host.name, "reachable": host.reachable}
     if host.reachable:
         out["domains"] = [_domain_to_dict(d) for d in host.domains]
+        if host.volumes:
+            out["volumes"] = list(host.volumes)
     if host.error is not None:
         out["error"] = host.error
     return out
@@ -124,7 +128,7 @@ class _Reader:
         if not isinstance(raw, dict):
             self.problem(at, "must be an object")
             return None
-        self.unknown_keys(raw, {"name", "reachable", "domains", "error"}, at)
+        self.unknown_keys(raw, {"name", "reachable", "domains", "error", "volumes"}, at)
         name = self.string(raw, "name", at)
         reachable = raw.get("reachable")
         if not isinstance(reachable, bool):
@@ -146,9 +150,20 @@ class _Reader:
                 self.problem(f"{at}.domains[{j}].name", f"domain {domain.name!r} is listed twice")
             seen.add(domain.name)
             domains.append(domain)
+        volumes = self.volumes(raw.get("volumes", []), f"{at}.volumes")
+        if volumes and reachable is False:
+            self.problem(f"{at}.volumes", "an unreachable host cannot list volumes")
         if name is None or not isinstance(reachable, bool):
             return None
-        return HostInventory(name=name, reachable=reachable, domains=tuple(domains), error=error)
+        return HostInventory(
+            name=name, reachable=reachable, domains=tuple(domains), error=error, volumes=volumes
+        )
+
+    def volumes(self, raw: object, at: str) -> tuple[str, ...]:
+        if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
+            self.problem(at, "must be a list of volume names")
+            return ()
+        return tuple(raw)
 
     def domain(self, raw: object, at: str) -> Domain | None:
         if not isinstance(raw, dict):

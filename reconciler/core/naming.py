@@ -8,6 +8,7 @@ the name cannot drift apart.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from reconciler.model.fleet import Firmware, Fleet, Image, ImageFormat
 
@@ -23,6 +24,37 @@ URL_IMAGE_PREFIX = "url-"
 def domain_name(fleet: str, proxy: str, digest: str) -> str:
     """``pf-<fleet>-<proxy>-<digest[:8]>``: the libvirt domain of one proxy VM."""
     return f"pf-{fleet}-{proxy}-{digest[:DIGEST_CHARS]}"
+
+
+OVERLAY_SUFFIX = ".qcow2"
+SEED_SUFFIX = "-seed.iso"
+_PROXY_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+
+
+def vm_volumes(domain: str) -> tuple[str, str]:
+    """The overlay and the seed volume of ``domain`` (as ``VmSpec`` names them)."""
+    return (f"{domain}{OVERLAY_SUFFIX}", f"{domain}{SEED_SUFFIX}")
+
+
+def volume_domain(fleet: str, volume: str) -> tuple[str, str] | None:
+    """``(domain, proxy)`` when ``volume`` is named exactly as the overlay or seed of a VM
+    ``domain_name`` can name in ``fleet``; None for any other name (base images too).
+
+    The proxy part must be a DNS label and the digest part 8 lowercase hex
+    digits. A fleet whose id is ours plus ``-<more>`` can produce the same
+    names; callers that see such a fleet on a host must leave its names alone.
+    """
+    for suffix in (OVERLAY_SUFFIX, SEED_SUFFIX):
+        if volume.endswith(suffix):
+            domain = volume.removesuffix(suffix)
+            break
+    else:
+        return None
+    pattern = rf"pf-{re.escape(fleet)}-(?P<proxy>{_PROXY_LABEL})-[0-9a-f]{{{DIGEST_CHARS}}}"
+    found = re.fullmatch(pattern, domain)
+    if found is None or len(domain) > MAX_DOMAIN_NAME:
+        return None
+    return domain, found.group("proxy")
 
 
 def domain_name_length(fleet: str, proxy: str) -> int:

@@ -5,6 +5,10 @@ action: create, keep, start, replace, delete, blocked (a safety rule stopped a
 mutating action; ``blocks`` says which) or abandon. A VM that stays and whose
 recorded protect flag differs from its manifest's also gets a relabel, right
 after its own action, so that protect still holds once the manifest is gone.
+Volumes named exactly as this fleet's VMs (``<domain>.qcow2``,
+``<domain>-seed.iso``) that no domain on their host uses and that no proxy of
+the repo would use there get a cleanup: a create killed before its define
+leaves them behind.
 The policy is ``repo.fleet.policy``. docs/planning.md is the operator's
 description of every rule and reason text; the tests in tests/plan_cases/ hold
 one case per rule.
@@ -13,7 +17,8 @@ The order of the plan is part of its contract (the CLI prints it, tests pin
 it): proxies by name, each with its actions (the kept VM or the replace first,
 then duplicates, then older VMs, each group by domain name and host); then VMs
 whose manifest is gone, by host and domain; then abandoned VMs, by host and
-domain. A relabel directly follows the action of the VM it concerns.
+domain; then cleanups, by host and domain. A relabel directly follows the
+action of the VM it concerns.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reconciler.core.digest import proxy_digest
-from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
+from reconciler.core.naming import (
+    MAX_DOMAIN_NAME,
+    domain_name,
+    resolve_image,
+    vm_volumes,
+    volume_domain,
+)
 from reconciler.model import (
     Action,
     ActionKind,
@@ -43,7 +54,7 @@ from reconciler.model.plan import MUTATING
 
 CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
 RELABEL, REPLACE, DELETE = ActionKind.RELABEL, ActionKind.REPLACE, ActionKind.DELETE
-BLOCKED, ABANDON = ActionKind.BLOCKED, ActionKind.ABANDON
+BLOCKED, ABANDON, CLEANUP = ActionKind.BLOCKED, ActionKind.ABANDON, ActionKind.CLEANUP
 
 UP_TO_DATE = "up to date"
 SUSPENDED = "the fleet is suspended (policy.suspend)"
@@ -121,6 +132,8 @@ class _Planner:
         self.taken: dict[str, dict[str, bool]] = defaultdict(dict)  # host -> name -> foreign?
         self.load: Counter[str] = Counter()  # owned VMs + creates planned so far, per host
         self.abandoned: list[Action] = []
+        self.volumes: dict[str, tuple[str, ...]] = {}  # reachable host in fleet.yaml -> volumes
+        self.fleets: dict[str, set[str]] = defaultdict(set)  # host -> other fleets' ids seen
         self._observe(inventory)
 
     def _observe(self, inventory: Inventory) -> None:
@@ -138,10 +151,14 @@ class _Planner:
                         self.abandoned.append(vm.action(ABANDON, reason))
                     continue
                 self.taken[host.name][domain.name] = vm is None
+                if owner is not None and owner.fleet != self.fleet.name:
+                    self.fleets[host.name].add(owner.fleet)
                 if vm is not None:
                     self.owned[vm.proxy].append(vm)
                     self.vms[(host.name, domain.name)] = vm
                     self.load[host.name] += 1
+            if host.name in self.hosts:
+                self.volumes[host.name] = host.volumes
 
     def run(self) -> Plan:
         proposed: list[Action] = []
@@ -152,6 +169,7 @@ class _Planner:
         for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
             proposed.append(self._orphan(vm))
         actions = self._record_protect(self._gate_deletes(proposed))
+        actions.extend(self._cleanups(actions))
         if self.policy.suspend:
             actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
         return Plan(actions=(*actions, *self.abandoned))
@@ -350,6 +368,61 @@ class _Planner:
         if action.blocks is REPLACE and action.replaces is not None:
             return self.vms.get((action.replaces.host, action.replaces.domain))
         return None
+
+    # -- volumes of VMs that never were (an interrupted create) ---------------------------
+
+    def _cleanups(self, actions: list[Action]) -> list[Action]:
+        """A CLEANUP per domain name whose volumes are this fleet's and nobody's.
+
+        A volume qualifies only when ``volume_domain`` reads it as a VM volume
+        of this fleet, no domain of that name exists on its host (owned or
+        foreign), no action of this plan names that domain there (a create, a
+        blocked one, a replace), no proxy of the repo would get that domain on
+        that host, and no other fleet seen on the host can produce the name
+        (fleet ``home-a`` names ``pf-home-a-...``, which reads as ours for
+        ``home``). Unreachable hosts and hosts missing from fleet.yaml are
+        never looked at. The executor confirms on the host before it deletes.
+        """
+        named = {(a.host, a.domain) for a in actions if a.host and a.domain}
+        cleanups: list[Action] = []
+        for host in sorted(self.volumes):
+            leftovers: dict[str, list[str]] = defaultdict(list)
+            for volume in sorted(set(self.volumes[host])):
+                found = volume_domain(self.fleet.name, volume)
+                if found is None:
+                    continue
+                domain, proxy = found
+                if domain in self.taken[host] or (host, domain) in named:
+                    continue
+                if any(domain.startswith(f"pf-{other}-") for other in self.fleets[host]):
+                    continue
+                if self._wanted_domain(proxy, host) == domain:
+                    continue
+                leftovers[domain].append(volume)
+            for domain, names in sorted(leftovers.items()):
+                volumes = [v for v in vm_volumes(domain) if v in names]  # overlay, then seed
+                reason = (
+                    f"no domain uses {', '.join(volumes)}; "
+                    "left by a create interrupted before its define"
+                )
+                cleanups.append(
+                    Action(
+                        kind=CLEANUP,
+                        reason=reason,
+                        host=host,
+                        domain=domain,
+                        volumes=tuple(volumes),
+                    )
+                )
+        return cleanups
+
+    def _wanted_domain(self, proxy_name: str, host: str) -> str | None:
+        """The domain a VM of ``proxy_name`` would get on ``host`` now (None: no manifest)."""
+        proxy = self.manifests.get(proxy_name)
+        if proxy is None:
+            return None
+        digest = self._digest(proxy, resolve_image(self.fleet, proxy.placement.image), host)
+        return domain_name(self.fleet.name, proxy.name, digest) if digest is not None else None
 
     # -- VMs without a manifest, and the delete gates ------------------------------------
 

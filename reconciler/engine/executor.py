@@ -1,7 +1,7 @@
 """Step 5 of a cycle: carry a Plan out and say how each action went.
 
 The executor never decides anything: the planner did. It runs the plan's
-mutating actions (create, start, relabel, replace, delete) in parallel across hosts,
+mutating actions (create, start, relabel, replace, delete, cleanup) in parallel across hosts,
 at most ``per_host_concurrency`` at a time on one host, and turns every
 result, including a bug, into an ``ActionOutcome``. Keep, blocked and abandon
 make no call at all.
@@ -16,6 +16,9 @@ make no call at all.
   VM must pass its health check first (``replace_timeout``), as in a replace:
   otherwise a replace that failed because its new VM never got healthy would lose
   the old, working VM one run later.
+- cleanup: ``remove_volumes`` with the volumes the plan names; the host
+  confirms first that their domain still does not exist and that no domain's
+  disk uses them, and refuses (the action fails, nothing is deleted) otherwise.
 - replace: create the new VM, wait until it has an IP and passes its health
   check (``replace_timeout``), and only then delete the old one. A new VM that
   never gets healthy leaves the old one running and the outcome failed.
@@ -197,6 +200,8 @@ class Executor:
             self._delete(host, domain, attempts)
         elif action.kind is ActionKind.REPLACE:
             self._replace(action, host, domain, attempts)
+        elif action.kind is ActionKind.CLEANUP:
+            self._cleanup(action, host, domain, attempts)
         else:  # not reached: run() keeps only mutating actions
             raise ActionFailed(f"the executor does not carry out {action.kind} actions")
 
@@ -236,6 +241,22 @@ class Executor:
             ),
         )
         self._call(f"create {domain} on {host.name}", lambda: host.create(spec), attempts)
+
+    def _cleanup(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
+        if not action.volumes:
+            raise ActionFailed("the plan's cleanup action names no volumes")
+        deleted = self._call(
+            f"remove unused volumes of {domain} on {host.name}",
+            lambda: host.remove_volumes(domain, action.volumes),
+            attempts,
+        )
+        gone = [v for v in action.volumes if v not in deleted]
+        log.info(
+            "Removed %s on %s%s.",
+            ", ".join(deleted) or "nothing",
+            host.name,
+            f" ({', '.join(gone)} already gone)" if gone else "",
+        )
 
     def _replace(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
         old = action.replaces
@@ -362,4 +383,6 @@ def _describe(action: Action) -> str:
     target = f"{action.domain} on {action.host}"
     if action.kind is ActionKind.REPLACE and action.replaces is not None:
         return f"Replace of {action.replaces.domain} by {target}"
+    if action.kind is ActionKind.CLEANUP:
+        return f"Cleanup of {', '.join(action.volumes)} on {action.host}"
     return f"{action.kind.value.capitalize()} of {target}"

@@ -93,7 +93,7 @@ def _read_one(name: str, hypervisor: Hypervisor) -> HostInventory:
         return HostInventory(name=name, reachable=False, error=error)
     if not found.reachable:
         return HostInventory(name=name, reachable=False, error=found.error or "unreachable")
-    return HostInventory(name=name, reachable=True, domains=found.domains)
+    return HostInventory(name=name, reachable=True, domains=found.domains, volumes=found.volumes)
 
 
 def _status(fleet: Fleet, inventory: HostInventory) -> HostStatus:

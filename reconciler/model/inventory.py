@@ -50,12 +50,18 @@ class Domain:
 
 @dataclass(frozen=True, slots=True)
 class HostInventory:
-    """One host as observed. An unreachable host has no domains and an ``error``."""
+    """One host as observed. An unreachable host has no domains and an ``error``.
+
+    ``volumes`` names every volume in the host's storage pool (empty when the
+    pool could not be listed): the planner finds the leftovers of interrupted
+    creates among them.
+    """
 
     name: str
     reachable: bool
     domains: tuple[Domain, ...] = ()
     error: str | None = None
+    volumes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

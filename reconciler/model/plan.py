@@ -18,6 +18,9 @@ class ActionKind(StrEnum):
     DELETE = "delete"
     BLOCKED = "blocked"
     ABANDON = "abandon"
+    CLEANUP = "cleanup"
+    """Remove volumes named as this fleet's VMs that no domain on their host uses: what a
+    create interrupted (SIGKILL) before its define leaves behind."""
 
 
 MUTATING = frozenset(
@@ -27,6 +30,7 @@ MUTATING = frozenset(
         ActionKind.RELABEL,
         ActionKind.REPLACE,
         ActionKind.DELETE,
+        ActionKind.CLEANUP,
     }
 )
 
@@ -45,7 +49,8 @@ class Action:
     ``replaces`` is set on a REPLACE: the old VM, deleted only after the new
     one (``host``/``domain``) runs. ``owner`` is set on a RELABEL: the
     ownership record to write into the VM (the one it carries, with only
-    ``protect`` changed).
+    ``protect`` changed). ``volumes`` is set on a CLEANUP: the pool volumes of
+    ``domain`` (a domain that does not exist) to remove, and nothing else.
     """
 
     kind: ActionKind
@@ -57,6 +62,7 @@ class Action:
     blocks: ActionKind | None = None
     replaces: DomainRef | None = None
     owner: Owner | None = None
+    volumes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

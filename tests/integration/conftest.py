@@ -238,8 +238,10 @@ def make_spec(host: Host) -> Callable[..., VmSpec]:
 
 
 @pytest.fixture
-def cleanup_domains(local_conn: Any) -> Iterator[list[str]]:
-    """Names listed here are destroyed and undefined after the test whatever happened."""
+def cleanup_domains(local_conn: Any, host: Host) -> Iterator[list[str]]:
+    """Names listed here are destroyed and undefined after the test whatever happened, and
+    their overlay and seed volumes removed from the test pool (left behind, they would be
+    the next test's leftovers of an interrupted create)."""
     names: list[str] = []
     yield names
     for name in names:
@@ -250,6 +252,11 @@ def cleanup_domains(local_conn: Any) -> Iterator[list[str]]:
         if dom.isActive():
             dom.destroy()
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+    test_pool = local_conn.storagePoolLookupByName(host.pool)
+    for name in names:
+        for volume in (f"{name}.qcow2", f"{name}-seed.iso"):
+            with contextlib.suppress(libvirt.libvirtError):
+                test_pool.storageVolLookupByName(volume).delete(0)
 
 
 @pytest.fixture

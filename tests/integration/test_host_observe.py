@@ -1,12 +1,15 @@
-"""``observe`` over sshd against a real libvirtd: one listing, one metadata read per domain.
+"""``observe`` over sshd against a real libvirtd: the pool's volume names, one domain
+listing, one metadata read per domain.
 
 The inventory of an idle host is what every reconcile pays for, so its cost is
-pinned: ``virConnectGetAllDomainStats`` once, then ``virDomainGetMetadata``
-once per domain (read several at a time), and nothing else.
+pinned: the pool looked up and its volumes listed (2 RPCs, for the leftovers of
+interrupted creates), ``virConnectGetAllDomainStats`` once, then
+``virDomainGetMetadata`` once per domain (read several at a time), and nothing else.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +38,14 @@ def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_fore
     make_spec: Callable[..., VmSpec],
     local_conn: Any,
     cleanup_domains: list[str],
+    pool: tuple[str, Any],
 ) -> None:
+    marker = f"observe-{secrets.token_hex(3)}.img"
+    volume_xml = (
+        f"<volume><name>{marker}</name><capacity unit='KiB'>4</capacity>"
+        "<target><format type='raw'/></target></volume>"
+    )
+    volume = local_conn.storagePoolLookupByName(pool[0]).createXML(volume_xml, 0)
     specs = [make_spec(f"observe-{i}", blank_image.image) for i in range(12)]
     for spec in specs:
         cleanup_domains.append(spec.domain)
@@ -49,7 +59,10 @@ def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_fore
     calls: Counter[str] = Counter()
     adapter = make_host(observer=lambda rpc, _host, _seconds, _ok: calls.update([rpc]))
 
-    inventory = adapter.observe()
+    try:
+        inventory = adapter.observe()
+    finally:
+        volume.delete(0)
 
     seen = {d.name: d for d in inventory.domains}
     for spec in specs:
@@ -57,9 +70,12 @@ def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_fore
         assert seen[spec.domain].state is DomainState.SHUTOFF
     for name in foreign:
         assert seen[name].owner is None
+    assert marker in inventory.volumes
     listed = len(inventory.domains)
     assert dict(calls) == {
         "virConnectOpen": 1,
+        "virStoragePoolLookupByName": 1,
+        "virStoragePoolListAllVolumes": 1,
         "virConnectGetAllDomainStats": 1,
         "virDomainGetMetadata": listed,
     }
