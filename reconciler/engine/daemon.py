@@ -5,6 +5,12 @@ it is ready, and then runs the cycle whenever a trigger asks for it, one at a
 time. After each cycle it records metrics, writes the status back to the repo
 and updates systemd's STATUS. SIGTERM sets ``stop``: the cycle finishes the
 action in flight and starts no new one, the loop ends and ``run`` returns 0.
+
+While a run leaves a new VM that is not healthy yet (``RunReport.settling``:
+created, replaced or started by the run, or created less than
+``replace_timeout`` ago and still booting), the next run comes ``FOLLOW_UP``
+seconds later instead of an interval later; never sooner than that, and the
+interval takes over once every new VM is healthy or no longer new.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ Cycle = Callable[[threading.Event], RunReport]
 
 Reconcile = Callable[[Path, str], RunReport]
 """The engine: reconcile the repo checked out at a directory, at a revision."""
+
+FOLLOW_UP = 30.0
+"""Seconds to the next run while a new VM is not healthy yet (``RunReport.settling``): a
+restart, or a create, reaches "healthy" in about a boot's time, not an interval's."""
 
 HUNG_AFTER_MIN = 3600.0
 """Seconds a single cycle may run before the watchdog stops vouching for the daemon."""
@@ -123,6 +133,7 @@ class Daemon:
         monotonic: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
         handle_signals: bool = True,
+        follow_up: float = FOLLOW_UP,
     ) -> None:
         self.settings = settings
         self.stop = stop if stop is not None else threading.Event()
@@ -137,6 +148,9 @@ class Daemon:
         self._monotonic = monotonic
         self._schedule = IntervalSchedule(settings.interval, settings.jitter, random=rand)
         self._handle_signals = handle_signals
+        self._follow_up = max(follow_up, 0.0)
+        self.next_wait: tuple[float, str] | None = None
+        """Seconds from the end of the last run to the next scheduled one, and its reason."""
         self._started_at = monotonic()
         self._last_completed: float | None = None
         self._cycle_started: float | None = None
@@ -190,7 +204,7 @@ class Daemon:
         pinger = self._start_watchdog()
         self._notifier.ready("Starting; first reconcile now")
         self.triggers.fire("startup")
-        deadline = self._monotonic()
+        deadline, due = self._monotonic(), "interval"
         try:
             while not self.stop.is_set():
                 reasons = self.triggers.take(max(0.0, deadline - self._monotonic()))
@@ -200,9 +214,11 @@ class Daemon:
                 if not reasons:
                     if self._monotonic() < deadline:
                         continue
-                    reasons = ("interval",)
-                self.run_once(reasons)
-                deadline = self._monotonic() + self._schedule.next_wait()
+                    reasons = (due,)
+                report = self.run_once(reasons)
+                wait, due = self.wait_after(report)
+                self.next_wait = (wait, due)
+                deadline = self._monotonic() + wait
         finally:
             self._notifier.stopping("Stopping")
             self.stop.set()
@@ -215,6 +231,23 @@ class Daemon:
                 restore()
         log.info("Stopped.")
         return 0
+
+    def wait_after(self, report: RunReport) -> tuple[float, str]:
+        """Seconds to the next run after ``report``, and the reason it will run for.
+
+        The jittered interval; ``FOLLOW_UP`` seconds instead while the report
+        names new VMs that are not healthy yet, unless the interval is sooner.
+        """
+        wait = self._schedule.next_wait()
+        if not report.settling or self._follow_up <= 0 or wait <= self._follow_up:
+            return wait, "interval"
+        log.info(
+            "%d new VM(s) not healthy yet (%s); next run in %.0f s.",
+            len(report.settling),
+            ", ".join(report.settling),
+            self._follow_up,
+        )
+        return self._follow_up, "follow-up"
 
     def run_once(self, reasons: Sequence[str]) -> RunReport:
         """One cycle now, then metrics, status and systemd STATUS."""

@@ -13,10 +13,11 @@ its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.host import Hypervisor
@@ -139,7 +140,12 @@ class Engine:
             settings=self.settings,
             runtime=self.runtime,
         )
-        return build_report(prepared, outcomes, proxies, finished=self.runtime.clock())
+        finished = self.runtime.clock()
+        report = build_report(prepared, outcomes, proxies, finished=finished)
+        new = settling(
+            prepared, outcomes, proxies, now=finished, window=self.settings.replace_timeout
+        )
+        return dataclasses.replace(report, settling=new)
 
     def close(self) -> None:
         self.pool.close()
@@ -199,6 +205,56 @@ def build_report(
         conditions=conditions(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
         suspended=suspended,
     )
+
+
+NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
+
+
+def settling(
+    prepared: Prepared,
+    outcomes: Sequence[ActionOutcome],
+    proxies: Sequence[ProxyStatus],
+    *,
+    now: datetime,
+    window: float,
+) -> tuple[str, ...]:
+    """The proxies whose VM runs, is not healthy yet and is new: this run created, replaced
+    or started it, or its recorded creation time is less than ``window`` seconds before
+    ``now`` (a VM that a run before a restart made and that is still booting).
+
+    A VM that stays unhealthy longer than that is no longer "new": it waits for
+    the interval like any other problem.
+    """
+    acted = {
+        (o.action.host, o.action.domain)
+        for o in outcomes
+        if o.result is ActionResult.SUCCEEDED and o.action.kind in NEW_VM_ACTIONS
+    }
+    created = {
+        (h.name, d.name): d.owner.created
+        for h in prepared.observation.inventory.hosts
+        for d in h.domains
+        if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name
+    }
+    names = []
+    for proxy in proxies:
+        if proxy.health is Health.HEALTHY or proxy.state != "running":
+            continue
+        key = (proxy.host, proxy.domain)
+        if key in acted or _younger(created.get(key, ""), now, window):
+            names.append(proxy.name)
+    return tuple(sorted(names))
+
+
+def _younger(recorded: str, now: datetime, window: float) -> bool:
+    """True when the ISO time ``recorded`` lies within ``window`` seconds before ``now``."""
+    try:
+        when = datetime.fromisoformat(recorded)
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return 0 <= (now - when).total_seconds() < window
 
 
 def conditions(

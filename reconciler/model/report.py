@@ -94,6 +94,9 @@ class RunReport:
     hosts: tuple[HostStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
     suspended: bool = False
+    settling: tuple[str, ...] = ()
+    """Proxies whose VM is new and not healthy yet (made or started by this run, or created
+    less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""
 
     @property
     def duration_seconds(self) -> float:
