@@ -6,9 +6,9 @@ image already in its pool: 1 vCPU, 256 MiB, a 3 GiB qcow2 overlay on
 one NIC on the host's bridge ``br0``, BIOS, TCG.
 
 - proxyfleet: ``proxyfleet apply --yes --no-wait --json`` on a fleet repo of
-  20 proxies (load, SSH dial, observe, plan, image check, 20 creates two at a
-  time, one look at each new VM), the whole command timed; and the same with
-  ``concurrency.perHost: 4`` (``--wider``), four creates at a time;
+  20 proxies (load, SSH dial, observe, plan, image check, 20 creates four at
+  a time, the default ``concurrency.perHost``, one look at each new VM), the
+  whole command timed; ``--wider N`` also times it with ``perHost: N``;
 - kcli (``pip install kcli`` in ``.bench-venv``, never the project's venv):
   ``kcli create vm -c 20`` over ``qemu+ssh`` with the lab's key and
   known_hosts, the whole command timed. kcli only finds bridges that libvirt's
@@ -140,7 +140,7 @@ def main() -> int:
     parser.add_argument(
         "--wider",
         type=int,
-        default=4,
+        default=0,
         help="also time apply with concurrency.perHost this wide (0: not)",
     )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")

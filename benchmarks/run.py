@@ -108,7 +108,7 @@ def create_lines(r: Result) -> list[Line]:
     lines: list[Line] = []
     for key, what in (
         ("proxyfleet", "2. create 20 VMs (define + start, boot not awaited)"),
-        ("proxyfleet_wider", "2b. the same with `concurrency.perHost: 4`"),
+        ("proxyfleet_wider", "2b. the same with `concurrency.perHost` from `--wider`"),
     ):
         pf = r.metrics.get(key)
         if pf is None:
