@@ -41,6 +41,10 @@ REPO = DEMO / "fleet-repo"
 PF_STATE = DEMO / "proxyfleet-state"
 LAB_CLIENTS = ipaddress.IPv4Network("10.77.0.0/16")
 """Where requests from the lab's root namespace come from (the host uplinks)."""
+DEGRADED = 3
+"""``proxyfleet apply``'s exit code when it succeeded but not every proxy is healthy."""
+SETTLE_SECONDS = 900
+SETTLE_POLL = 20
 SQUID_ACL = re.compile(r"^(?P<acl>[ \t]*acl[ \t]+\S+[ \t]+src)(?P<nets>[^\n]*?)[ \t]*$", re.M)
 
 
@@ -162,6 +166,17 @@ def main() -> int:
     if proxyfleet("plan", *access) == 1:
         return 1
     code = proxyfleet("apply", "--yes", *access, "--state-dir", str(PF_STATE))
+    settle_by = time.monotonic() + SETTLE_SECONDS
+    while code == DEGRADED and time.monotonic() < settle_by:
+        # apply waits a bounded time for new VMs; on a busy machine cloud-init may still be
+        # starting squid. A repeated apply changes nothing and checks every proxy again.
+        print(
+            f"\n== not every proxy is healthy yet; applying again in {SETTLE_POLL} s "
+            f"(up to {SETTLE_SECONDS // 60} min in all)",
+            flush=True,
+        )
+        time.sleep(SETTLE_POLL)
+        code = proxyfleet("apply", "--yes", *access, "--state-dir", str(PF_STATE))
     proxyfleet("inventory", *access)
     minutes = (time.monotonic() - started) / 60
     key, known = lab["sshKey"], lab["knownHosts"]
