@@ -9,8 +9,11 @@ key and known_hosts. One test, in phases, so that only two VMs boot:
    volume on the host the daemon gets SIGKILL; a restarted daemon completes the create:
    exactly one owned domain, no orphan volume, the VM relays the lab probe, the status
    branch gains a commit describing it and /metrics shows it healthy;
-3. a commit changes the proxy's userData: a new VM is created and the old one is deleted
-   only after the new one passed its health check (both exist while the new one boots);
+3. a commit changes the proxy's userData; the daemon gets SIGKILL once the replacement's
+   first volume exists, and another userData change is committed before the restart: the
+   killed create's volumes are cleaned up, a VM of the newest userData is created and the
+   old one is deleted only after the new one passed its health check (both exist while the
+   new one boots);
 4. a commit removes the manifest: the VM, its overlay, seed and NVRAM are gone;
 5. SIGTERM: the daemon exits 0 and leaves no bridge socket behind.
 
@@ -533,12 +536,32 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     wait_for("the SIGHUP cycle", lambda: daemon.cycles() > cycles and daemon.idle(), 120)
     assert remote.status_commits() == commits, git(remote.bare, "log", "-3", STATUS_BRANCH)
 
-    # 3. A userData change: replace, the new VM healthy before the old one goes.
+    # 3. A userData change whose replacement create gets SIGKILL once it made its first
+    #    volume, and a second change committed before the restart: the killed create's
+    #    volumes are cleaned up (no domain will ever own them), the proxy is replaced by the
+    #    newer VM, and the old one goes only after the new one passed its health check.
     t0 = time.monotonic()
     remote.push(
         f"{PROXY}: generation 2", {f"proxies/{PROXY}.yaml": proxy_yaml(host.zone, probe, 2)}
     )
     assert daemon.hook() == 202
+
+    def replacement_volume() -> bool:
+        return any(
+            p.name.startswith(PREFIX) and not p.name.startswith(first) for p in pool.iterdir()
+        )
+
+    wait_for("the replacement's first volume", replacement_volume, 120, step=0.01)
+    daemon.signal(signal.SIGKILL)
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == -signal.SIGKILL
+    killed = host.world()
+    orphans = [v for v in killed.volumes if v.startswith(PREFIX) and not v.startswith(first)]
+    print(f"replacement killed: domains {killed.ours()}, its volumes {orphans}")
+    assert orphans, killed
+    remote.push(
+        f"{PROXY}: generation 3", {f"proxies/{PROXY}.yaml": proxy_yaml(host.zone, probe, 3)}
+    )
+    daemon.start()
     both: list[World] = []
 
     def new_vm_defined() -> bool:
@@ -566,10 +589,15 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     assert healthy is not None, log[-4000:]
     assert healthy.start() < log.find(f"deleted domain {first}"), log[-4000:]
     assert rig.leaks() == [], rig.leaks()
+    left = host.world()
+    assert not [v for v in orphans if v in left.volumes], (orphans, left)
+    assert len(left.ours()) == 1, left
+    if not killed.ours()[1:]:  # killed before its define: only the cleanup removes them
+        assert "deleted unused volume" in log, log[-4000:]
     proxy = next(p for p in remote.status()["proxies"] if p["name"] == PROXY)
     assert (proxy["domain"], proxy["health"]) == (second, "healthy"), proxy
     status, via_header = probe_through(proxy["ip"], probe)
-    assert status == 204 and via(2) in via_header, (proxy, via_header)
+    assert status == 204 and via(3) in via_header, (proxy, via_header)
 
     # 4. The manifest removed: the VM goes with its overlay, seed and NVRAM.
     t0 = time.monotonic()
