@@ -23,9 +23,11 @@ Every libvirt call of the host adapter goes through ``LibvirtSession.call``
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -199,6 +201,10 @@ class Deadline:
             log.exception("aborting an expired libvirt call failed")
 
 
+EXIT_LOCK_WAIT = 2.0
+"""Seconds the exit hook waits for a session's lock before closing its link regardless."""
+
+
 class LibvirtSession:
     """One libvirt connection to one host over its SSH link. Thread-safe."""
 
@@ -218,6 +224,7 @@ class LibvirtSession:
         self._ssh = SshConnection(host, settings)
         self._bridge: SocketBridge | None = None
         self._conn: Any = None
+        _OPEN.add(self)
 
     @property
     def via(self) -> str:
@@ -286,6 +293,22 @@ class LibvirtSession:
     def close(self) -> None:
         with self._lock:
             self._teardown()
+
+    def close_at_exit(self) -> None:
+        """``close`` for the interpreter's exit: never waits long for a call in flight."""
+        if self._lock.acquire(timeout=EXIT_LOCK_WAIT):
+            try:
+                self._teardown()
+            finally:
+                self._lock.release()
+            return
+        self._conn = None
+        bridge = self._bridge
+        try:
+            if bridge is not None:
+                bridge.close()
+        finally:
+            self._ssh.close()
 
     def _dial(self) -> Any:
         started = time.monotonic()
@@ -390,3 +413,19 @@ class LibvirtSession:
 
 def _codes(error: HostError) -> str:
     return f"libvirt_code={error.code} libvirt_error={error.code_name}"
+
+
+_OPEN: weakref.WeakSet[LibvirtSession] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_sessions() -> None:
+    """Close the sessions a process left open as it exits.
+
+    The SSH bridge's threads are daemon threads: past the exit hooks they stop, and the
+    libvirt connection, closed when it is collected during shutdown, would then wait
+    forever for the answer to its close call. Closing while the bridge still runs lets
+    a process that never closed its hosts (an unexpected exception) exit.
+    """
+    for session in list(_OPEN):
+        session.close_at_exit()
