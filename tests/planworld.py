@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.core.digest import proxy_digest
-from reconciler.core.naming import domain_name, resolve_image, vm_volumes
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.model import (
     ActionKind,
     CloudInit,
@@ -70,6 +70,7 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
+from reconciler.model.vm import vm_volumes
 
 IMAGES = (
     Image(key="debian", url="https://images.example/debian-12.qcow2", sha256="ab" * 32),

@@ -15,11 +15,11 @@ from enginefakes import FakeImages, FakeProber, FakeTime, make_proxy, make_repo
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.fakehost import Call, FakeHypervisor
-from reconciler.core.naming import vm_volumes
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Owner, Plan
 from reconciler.model.report import ActionOutcome, ActionResult, RunResult
 from reconciler.model.settings import ApplySettings
+from reconciler.model.vm import vm_volumes
 
 BASE = "base-debian-12.qcow2"
 

@@ -24,9 +24,10 @@ import pytest
 from planworld import apply_plan, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
-from reconciler.core.naming import domain_name, vm_volumes, volume_domain
+from reconciler.core.naming import domain_name, volume_domain
 from reconciler.core.planner import plan
 from reconciler.model import Action, ActionKind, Inventory, Plan, Repo
+from reconciler.model.vm import vm_volumes
 
 CASES = Path(__file__).parent / "plan_cases"
 CASE_FILES = sorted(CASES.glob("*.yaml"))

@@ -135,8 +135,10 @@ class BaseImages:
     def delete_volume(self, pool: Any, name: str) -> bool:
         """Delete by name; False when it was not there."""
         volume = self.volume(pool, name)
-        if volume is None:
-            return False
+        return volume is not None and self.delete_found(volume, name)
+
+    def delete_found(self, volume: Any, name: str) -> bool:
+        """Delete a volume already looked up; False when it went meanwhile."""
         try:
             self._session.call("virStorageVolDelete", lambda _c: volume.delete(0), volume=name)
         except NotFoundError:

@@ -30,10 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reconciler.core.naming import vm_volumes
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
-from reconciler.model.vm import VmSpec
+from reconciler.model.vm import VmSpec, vm_volumes
 
 ANY = "*"
 

@@ -39,7 +39,7 @@ from reconciler.core.seediso import seed_iso
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
 from reconciler.model.settings import SshSettings
-from reconciler.model.vm import VmSpec
+from reconciler.model.vm import VmSpec, vm_volumes
 
 log = logging.getLogger("reconciler.host")
 
@@ -256,7 +256,7 @@ class LibvirtHost:
         if dom is not None:
             self._remove_domain(dom, domain)
         pool = self._images.pool()
-        for volume in (f"{domain}.qcow2", f"{domain}-seed.iso"):
+        for volume in vm_volumes(domain):
             if self._images.delete_volume(pool, volume):
                 log.info("host %s: deleted volume %s", self.name, volume)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from reconciler.adapters.baseimage import BaseImages, xml_of
 from reconciler.adapters.libvirtrpc import LibvirtSession
-from reconciler.core.naming import vm_volumes
 from reconciler.errors import NotFoundError, PermanentError
+from reconciler.model.vm import vm_volumes
 
 log = logging.getLogger("reconciler.host")
 
@@ -43,11 +43,8 @@ def remove_unused(
             host=host.name,
         )
     pool = images.pool()
-    paths: dict[str, str] = {}
-    for name in volumes:
-        volume = images.volume(pool, name)
-        if volume is not None:
-            paths[name] = images.path(volume, name)
+    found = {name: v for name in volumes if (v := images.volume(pool, name)) is not None}
+    paths = {name: images.path(volume, name) for name, volume in found.items()}
     users = _users(session, paths)
     if users:
         raise PermanentError(
@@ -55,8 +52,8 @@ def remove_unused(
             host=host.name,
         )
     deleted = []
-    for name in paths:
-        if images.delete_volume(pool, name):
+    for name, volume in found.items():
+        if images.delete_found(volume, name):
             log.info("host %s: deleted unused volume %s", host.name, name)
             deleted.append(name)
     return tuple(deleted)

@@ -11,6 +11,7 @@ import hashlib
 import re
 
 from reconciler.model.fleet import Firmware, Fleet, Image, ImageFormat
+from reconciler.model.vm import OVERLAY_SUFFIX, SEED_SUFFIX
 
 MAX_DOMAIN_NAME = 63
 """Longest domain name allowed: it doubles as a DNS label in logs, leases and tooling."""
@@ -26,14 +27,7 @@ def domain_name(fleet: str, proxy: str, digest: str) -> str:
     return f"pf-{fleet}-{proxy}-{digest[:DIGEST_CHARS]}"
 
 
-OVERLAY_SUFFIX = ".qcow2"
-SEED_SUFFIX = "-seed.iso"
 _PROXY_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-
-
-def vm_volumes(domain: str) -> tuple[str, str]:
-    """The overlay and the seed volume of ``domain`` (as ``VmSpec`` names them)."""
-    return (f"{domain}{OVERLAY_SUFFIX}", f"{domain}{SEED_SUFFIX}")
 
 
 def volume_domain(fleet: str, volume: str) -> tuple[str, str] | None:

@@ -33,7 +33,6 @@ from reconciler.core.naming import (
     MAX_DOMAIN_NAME,
     domain_name,
     resolve_image,
-    vm_volumes,
     volume_domain,
 )
 from reconciler.model import (
@@ -51,6 +50,7 @@ from reconciler.model import (
     Repo,
 )
 from reconciler.model.plan import MUTATING
+from reconciler.model.vm import vm_volumes
 
 CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
 RELABEL, REPLACE, DELETE = ActionKind.RELABEL, ActionKind.REPLACE, ActionKind.DELETE

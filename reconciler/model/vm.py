@@ -26,15 +26,24 @@ class VmSpec:
 
     @property
     def overlay_name(self) -> str:
-        return f"{self.domain}.qcow2"
+        return vm_volumes(self.domain)[0]
 
     @property
     def seed_name(self) -> str:
-        return f"{self.domain}-seed.iso"
+        return vm_volumes(self.domain)[1]
 
     @property
     def base_name(self) -> str:
         return base_volume_name(self.image)
+
+
+OVERLAY_SUFFIX = ".qcow2"
+SEED_SUFFIX = "-seed.iso"
+
+
+def vm_volumes(domain: str) -> tuple[str, str]:
+    """The overlay and the seed volume of ``domain``."""
+    return (f"{domain}{OVERLAY_SUFFIX}", f"{domain}{SEED_SUFFIX}")
 
 
 def base_volume_name(image: Image) -> str:

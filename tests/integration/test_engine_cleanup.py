@@ -20,10 +20,10 @@ from hostservices import BlankImage
 from test_engine_libvirt import engine, fleet_yaml, proxy_yaml
 
 from reconciler.core.domainxml import overlay_volume_xml
-from reconciler.core.naming import vm_volumes
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.model import ActionKind, Host
 from reconciler.model.report import ActionResult, RunResult
+from reconciler.model.vm import vm_volumes
 
 __all__ = ["engine"]  # the fixture, shared with test_engine_libvirt
 
