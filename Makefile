@@ -36,6 +36,7 @@ lint: deps
 	$(BIN)/ruff format --check reconciler tests benchmarks lab
 	$(BIN)/mypy --strict
 	$(BIN)/mypy --strict --exclude '^lab/state/' lab
+	$(BIN)/mypy --strict benchmarks
 	$(BIN)/lint-imports
 
 unit: deps

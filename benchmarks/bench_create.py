@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,12 @@ from benchmarks.common import (
     fleet_yaml,
     fresh_dir,
     git,
+    lab_host,
+    lab_ssh,
     lab_up,
     proxy_yaml,
 )
 from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.model import Host, HostNetwork
-from reconciler.model.settings import SshSettings
 
 FLEET = "cr"
 IMAGE_KEY = "debian12-bios"
@@ -148,15 +149,8 @@ def main() -> int:
 
     result = Result(row="create", load_before=os.getloadavg(), busy=busy_text())
     lab = lab_up()
-    spec = lab["hosts"][0]
-    host = Host(
-        name=spec["name"],
-        address=spec["address"],
-        zone=spec["zone"],
-        network=HostNetwork("bridge", spec["bridge"]),
-    )
-    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
-    hv = LibvirtHost(host, ssh)
+    host = lab_host(lab)
+    hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
     repo = write_repo(args.count)
     state = bench_dir("pf-state")
@@ -196,7 +190,7 @@ def main() -> int:
             pf_engine.append((ended - began).total_seconds())
 
     have_kcli = kcli_bin().exists()
-    contenders = {"proxyfleet apply": proxyfleet}
+    contenders: dict[str, Callable[[], float | None]] = {"proxyfleet apply": proxyfleet}
     if args.wider:
         contenders[f"proxyfleet apply, perHost {args.wider}"] = lambda: proxyfleet(
             "--config", str(wider)

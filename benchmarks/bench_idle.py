@@ -37,6 +37,7 @@ from benchmarks.common import (
     busy_text,
     emit,
     fleet_yaml,
+    lab_ssh,
     lab_up,
     mutating,
     proxy_yaml,
@@ -50,7 +51,6 @@ from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.planner import plan
 from reconciler.engine.observe import observe
 from reconciler.model import MachineType, Owner, Repo
-from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec
 
 FLEET = "idle"
@@ -154,9 +154,8 @@ def main() -> int:
     result = Result(row="idle", load_before=os.getloadavg(), busy=busy_text())
     lab = lab_up()
     repo = write_repo(bench_dir("idle") / "repo", args.proxies)
-    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
     counter = RpcCounter()
-    hv = LibvirtHost(repo.fleet.hosts[0], ssh, observer=counter)
+    hv = LibvirtHost(repo.fleet.hosts[0], lab_ssh(lab), observer=counter)
     conn = hv.session.connection()
     wanted = owned_xml(repo)
     wanted.update(

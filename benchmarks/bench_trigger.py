@@ -46,13 +46,13 @@ from benchmarks.common import (
     fleet_yaml,
     fresh_dir,
     git,
+    lab_host,
+    lab_ssh,
     lab_up,
     proxy_yaml,
 )
 from reconciler.adapters.httpapi import SIGNATURE_HEADER, sign
 from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.model import Host, HostNetwork
-from reconciler.model.settings import SshSettings
 
 FLEET = "tr"
 RPC_LINE = re.compile(r'^time=(\S+) .*msg="rpc=(\w+) .*duration_ms=([\d.]+)')
@@ -143,15 +143,7 @@ def main() -> int:
     gitconfig = work / "gitconfig"
     gitconfig.write_text(f'[url "{repo}"]\n\tinsteadOf = bench-forge:\n')
     env = {**os.environ, "GIT_CONFIG_GLOBAL": str(gitconfig)}
-    spec = lab["hosts"][0]
-    host = Host(
-        name=spec["name"],
-        address=spec["address"],
-        zone=spec["zone"],
-        network=HostNetwork("bridge", spec["bridge"]),
-    )
-    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
-    hv = LibvirtHost(host, ssh)
+    hv = LibvirtHost(lab_host(lab), lab_ssh(lab))
     state = bench_dir("trigger-state")  # kept: the warm-up run fetches the image once
 
     def config(kind: str, port: int) -> Path:

@@ -25,10 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Result, alternate, bench_dir, busy_text, emit, lab_up
+from benchmarks.common import (
+    Result,
+    alternate,
+    bench_dir,
+    busy_text,
+    emit,
+    lab_host,
+    lab_ssh,
+    lab_up,
+)
 from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.model import Host, HostNetwork, Image, ImageFormat
-from reconciler.model.settings import SshSettings
+from reconciler.model import Image, ImageFormat
 from reconciler.model.vm import base_volume_name
 
 POOL_DIR = "/var/lib/libvirt/images"
@@ -109,16 +117,9 @@ def main() -> int:
     path = work / f"blob-{args.mib}m.raw"
     sha = blob(path, size)
     print(f"{path}: {size} bytes, sha256 {sha} [{time.monotonic() - started:.1f} s]")
-    spec = lab["hosts"][0]
-    host = Host(
-        name=spec["name"],
-        address=spec["address"],
-        zone=spec["zone"],
-        network=HostNetwork("bridge", spec["bridge"]),
-    )
+    host = lab_host(lab)
     image = Image(key=KEY, url=path.as_uri(), sha256=sha, format=ImageFormat.RAW)
-    ssh = SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
-    hv = LibvirtHost(host, ssh)
+    hv = LibvirtHost(host, lab_ssh(lab))
     scp = Scp(lab, host.address, work / "control.sock")
     remote_scp = f"{POOL_DIR}/scp-{KEY}.raw"
 

@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reconciler.model import Host, HostNetwork
+from reconciler.model.settings import SshSettings
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_VENV = ROOT / ".bench-venv"
 """kcli lives here, never in the project's venv."""
@@ -98,32 +101,6 @@ class Result:
         return cls(metrics=metrics, **data)
 
 
-def repeat(
-    label: str,
-    fn: Callable[[], float | None],
-    *,
-    runs: int,
-    warmup: int = 1,
-    between: Callable[[], None] | None = None,
-) -> list[float]:
-    """Seconds of ``fn`` per measured run (its return value when it measures itself).
-
-    ``between`` runs after every repetition, warm-up included, outside the timing.
-    """
-    samples: list[float] = []
-    for index in range(warmup + runs):
-        started = time.perf_counter()
-        measured = fn()
-        seconds = measured if measured is not None else time.perf_counter() - started
-        kind = "warm-up" if index < warmup else f"run {index - warmup + 1}/{runs}"
-        print(f"  {label} {kind}: {seconds:.3f} s", flush=True)
-        if index >= warmup:
-            samples.append(seconds)
-        if between is not None:
-            between()
-    return samples
-
-
 def alternate(
     contenders: dict[str, Callable[[], float | None]],
     *,
@@ -131,7 +108,9 @@ def alternate(
     warmup: int = 1,
     between: Callable[[], None] | None = None,
 ) -> dict[str, list[float]]:
-    """Like ``repeat`` for several contenders, taking turns run by run.
+    """Seconds of each contender per measured run (its return value when it measures
+    itself), the contenders taking turns run by run; ``between`` runs after every
+    repetition, warm-up included, outside the timing.
 
     On a machine others share, load comes and goes; alternating spreads it
     over every contender instead of handing one of them a quiet minute.
@@ -240,6 +219,22 @@ def lab_up(hosts: int = 1) -> dict[str, Any]:
             raise SystemExit(f"python -m lab {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
     lab: dict[str, Any] = json.loads((config.STATE / "lab.json").read_text())
     return lab
+
+
+def lab_host(lab: dict[str, Any]) -> Host:
+    """The lab's first host as fleet.yaml would name it (guests on its bridge)."""
+    spec = lab["hosts"][0]
+    return Host(
+        name=spec["name"],
+        address=spec["address"],
+        zone=spec["zone"],
+        network=HostNetwork("bridge", spec["bridge"]),
+    )
+
+
+def lab_ssh(lab: dict[str, Any]) -> SshSettings:
+    """The lab's SSH key and known_hosts, as a daemon config would give them."""
+    return SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
 
 
 def bench_dir(name: str) -> Path:
