@@ -78,9 +78,9 @@ def owned_xml(repo: Repo) -> dict[str, str]:
     xml = {}
     for proxy in repo.proxies:
         image = resolve_image(fleet, proxy.placement.image)
-        assert image is not None
-        digest = proxy_digest(fleet, proxy, host, image=image)
-        assert digest is not None
+        machine = fleet.machine_type(proxy.placement.machine_type)
+        assert image is not None and machine is not None
+        digest = proxy_digest(proxy, host, image=image, machine_type=machine)
         name = domain_name(fleet.name, proxy.name, digest)
         spec = VmSpec(
             domain=name,

@@ -84,8 +84,9 @@ def build(proxies: int, hosts: int, zones: int, drift: float) -> tuple[Repo, Inv
         zone_hosts = by_zone[proxy.placement.zone]
         host = zone_hosts[(i // zones) % len(zone_hosts)]
         image = resolve_image(fleet, proxy.placement.image)
-        digest = proxy_digest(fleet, proxy, host, image=image)
-        assert digest is not None
+        machine = fleet.machine_type(proxy.placement.machine_type)
+        assert image is not None and machine is not None
+        digest = proxy_digest(proxy, host, image=image, machine_type=machine)
         kind = i % 4 if i in drifted else -1
         if kind == 0:
             digest = f"{i:064x}"  # changed spec: replace

@@ -36,6 +36,7 @@ from reconciler.model import (
     Repo,
 )
 from reconciler.model.fleet import Health
+from reconciler.model.plan import NewVm
 from reconciler.model.report import RunReport
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import VmSpec
@@ -383,3 +384,23 @@ class FleetRepo:
                 if domain.owner is not None and domain.owner.proxy == proxy:
                     return name, domain.name
         raise AssertionError(f"no VM for {proxy}")
+
+
+def new_vm(repo: Repo, proxy_name: str, host_name: str) -> NewVm:
+    """The NewVm the planner would resolve for ``proxy_name`` on ``host_name``."""
+    proxy = repo.proxy(proxy_name)
+    host = repo.fleet.host(host_name)
+    image = repo.fleet.image(proxy.placement.image) if proxy is not None else None
+    machine = repo.fleet.machine_type(proxy.placement.machine_type) if proxy is not None else None
+    assert proxy is not None and host is not None and image is not None and machine is not None
+    return NewVm(
+        fleet=repo.fleet.name,
+        proxy=proxy.name,
+        host=host,
+        image=image,
+        machine_type=machine,
+        cloud_init=proxy.cloud_init,
+        install_guest_agent=proxy.install_guest_agent,
+        protect=proxy.lifecycle.protect,
+        health=proxy.health,
+    )

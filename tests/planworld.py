@@ -70,6 +70,7 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
+from reconciler.model.plan import Cleanup, Relabel, Replace
 from reconciler.model.vm import vm_volumes
 
 IMAGES = (
@@ -138,9 +139,9 @@ def desired_digest(repo: Repo, proxy_name: str, host_name: str) -> str:
     assert proxy is not None, f"no proxy {proxy_name} in the case"
     assert host is not None, f"no host {host_name} in the case"
     image = resolve_image(repo.fleet, proxy.placement.image)
-    digest = proxy_digest(repo.fleet, proxy, host, image=image)
-    assert digest is not None
-    return digest
+    machine_type = repo.fleet.machine_type(proxy.placement.machine_type)
+    assert image is not None and machine_type is not None
+    return proxy_digest(proxy, host, image=image, machine_type=machine_type)
 
 
 def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
@@ -219,20 +220,20 @@ def apply_plan(
             owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
             host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
             volumes[a.host or ""].update(vm_volumes(a.domain))
-            if a.replaces is not None and healthy:
+            if isinstance(a, Replace) and healthy:
                 del hosts[a.replaces.host][a.replaces.domain]
                 volumes[a.replaces.host] -= set(vm_volumes(a.replaces.domain))
         elif a.kind is ActionKind.START:
             assert host is not None and a.domain in host
             host[a.domain] = dataclasses.replace(host[a.domain], state=DomainState.RUNNING)
         elif a.kind is ActionKind.RELABEL:
-            assert host is not None and a.domain in host and a.owner is not None
+            assert host is not None and a.domain in host and isinstance(a, Relabel)
             host[a.domain] = dataclasses.replace(host[a.domain], owner=a.owner)
         elif a.kind is ActionKind.DELETE:
             assert host is not None and a.domain in host
             del host[a.domain]
             volumes[a.host or ""] -= set(vm_volumes(a.domain))
-        elif a.kind is ActionKind.CLEANUP:
+        elif isinstance(a, Cleanup):
             assert host is not None and a.domain not in host
             assert set(a.volumes) <= volumes[a.host or ""], "a cleanup of volumes not there"
             volumes[a.host or ""] -= set(a.volumes)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from reconciler.model.plan import Action, ActionKind, Plan
+from reconciler.model import fleet
+from reconciler.model.fleet import CloudInit, Host, HostNetwork, Image, MachineType
+from reconciler.model.plan import ActionKind, Blocked, Create, Keep, NewVm, Plan
 from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
@@ -16,6 +18,17 @@ from reconciler.model.report import (
     RunResult,
 )
 
+NEW_VM = NewVm(
+    fleet="f",
+    proxy="web-1",
+    host=Host("kvm-a", "kvm-a.example.test", "a", HostNetwork("bridge", "br0")),
+    image=Image("debian-12", "https://images.example.test/debian-12.qcow2"),
+    machine_type=MachineType("small", 1, 512, 4),
+    cloud_init=CloudInit(),
+    install_guest_agent=True,
+    protect=False,
+    health=fleet.Health(),
+)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 REV1 = "1" * 40
 REV2 = "2" * 40
@@ -44,15 +57,14 @@ def report(
 ) -> RunReport:
     started = T0 + timedelta(minutes=minute)
     actions = [
-        Action(
-            ActionKind.CREATE if created else ActionKind.KEEP, "new", proxy="web-1", host="kvm-a"
-        )
+        Keep(reason="new", proxy="web-1", host="kvm-a")
+        if not created
+        else Create(reason="new", proxy="web-1", host="kvm-a", vm=NEW_VM)
     ]
     if blocked:
         actions.append(
-            Action(
-                ActionKind.BLOCKED,
-                "deletes beyond maxDeletesPerRun (1)",
+            Blocked(
+                reason="deletes beyond maxDeletesPerRun (1)",
                 proxy="old-1",
                 host="kvm-b",
                 domain="pf-f-old-1-abcdef12",

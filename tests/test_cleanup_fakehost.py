@@ -11,12 +11,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, make_proxy, make_repo
+from enginefakes import FakeImages, FakeProber, FakeTime
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.fakehost import Call, FakeHypervisor
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Owner, Plan
+from reconciler.model.plan import Cleanup
 from reconciler.model.report import ActionOutcome, ActionResult, RunResult
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import vm_volumes
@@ -133,14 +134,11 @@ def test_a_domain_that_takes_the_volumes_after_the_plan_stops_the_cleanup(world:
 
 
 def cleanup(domain: str, *volumes: str) -> Action:
-    return Action(
-        ActionKind.CLEANUP, "no domain uses them", host="kvm01", domain=domain, volumes=volumes
-    )
+    return Cleanup(reason="no domain uses them", host="kvm01", domain=domain, volumes=volumes)
 
 
 def execute(fake: FakeHypervisor, *actions: Action) -> tuple[ActionOutcome, ...]:
     executor = Executor(
-        make_repo((make_proxy("web-1"),)),
         {"kvm01": fake},
         images=FakeImages(),
         prober=FakeProber(),

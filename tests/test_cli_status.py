@@ -10,7 +10,8 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.core import statusdoc
-from reconciler.model import Action, ActionKind, Plan
+from reconciler.model import ActionKind, Plan
+from reconciler.model.plan import Blocked
 from reconciler.model.report import (
     Condition,
     Health,
@@ -35,9 +36,8 @@ def status_text() -> str:
         revision="c0ffee" * 6,
         plan=Plan(
             (
-                Action(
-                    ActionKind.BLOCKED,
-                    "host kvm02 is unreachable",
+                Blocked(
+                    reason="host kvm02 is unreachable",
                     proxy="web-9",
                     blocks=ActionKind.CREATE,
                 ),

@@ -16,11 +16,24 @@ from enginefakes import (
     make_host,
     make_proxy,
     make_repo,
+    new_vm,
 )
 
 from reconciler.engine.executor import Executor
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Action, ActionKind, Domain, DomainRef, DomainState, Owner, Plan, Repo
+from reconciler.model.fleet import Health
+from reconciler.model.plan import (
+    Abandon,
+    Blocked,
+    Create,
+    Delete,
+    Keep,
+    Keeper,
+    Relabel,
+    Replace,
+    Start,
+)
 from reconciler.model.report import ActionOutcome, ActionResult
 from reconciler.model.settings import ApplySettings
 
@@ -28,25 +41,29 @@ DIGEST = "d" * 64
 OLD_DIGEST = "0" * 64
 
 
+class _Unresolved:
+    """Stands for the NewVm until ``Run.execute`` resolves it from the run's repo."""
+
+
 def create(proxy: str, host: str = "kvm01") -> Action:
-    return Action(
-        ActionKind.CREATE,
-        "no VM yet",
+    return Create(
+        reason="no VM yet",
         proxy=proxy,
         host=host,
         domain=f"pf-home-{proxy}-dddddddd",
         digest=DIGEST,
+        vm=_Unresolved(),  # type: ignore[arg-type]
     )
 
 
 def replace(proxy: str, host: str = "kvm01") -> Action:
-    return Action(
-        ActionKind.REPLACE,
-        "spec changed",
+    return Replace(
+        reason="spec changed",
         proxy=proxy,
         host=host,
         domain=f"pf-home-{proxy}-dddddddd",
         digest=DIGEST,
+        vm=_Unresolved(),  # type: ignore[arg-type]
         replaces=DomainRef(host=host, domain=f"pf-home-{proxy}-00000000"),
     )
 
@@ -78,8 +95,8 @@ class Run:
         self.stop = stop if stop is not None else threading.Event()
 
     def execute(self, *actions: Action) -> tuple[ActionOutcome, ...]:
+        actions = tuple(self._resolved(a) for a in actions)
         executor = Executor(
-            self.repo,
             self.hosts,
             images=self.images,
             prober=self.prober,
@@ -88,6 +105,13 @@ class Run:
             runtime=self.time.runtime(self.stop),
         )
         return executor.run(Plan(actions))
+
+    def _resolved(self, action: Action) -> Action:
+        """The action with the NewVm the planner would have resolved from this run's repo."""
+        if isinstance(action, Create | Replace) and isinstance(action.vm, _Unresolved):
+            vm = new_vm(self.repo, action.proxy or "", action.host or "")
+            return dataclasses.replace(action, vm=vm)
+        return action
 
 
 def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, LocalFakeHost]:
@@ -254,7 +278,9 @@ def test_start_starts_a_shut_off_domain() -> None:
     host.domains["pf-home-a-dddddddd"] = Domain(
         "pf-home-a-dddddddd", DomainState.SHUTOFF, Owner("home", "a", DIGEST)
     )
-    action = Action(ActionKind.START, "shut off", "a", "kvm01", "pf-home-a-dddddddd", DIGEST)
+    action = Start(
+        reason="shut off", proxy="a", host="kvm01", domain="pf-home-a-dddddddd", digest=DIGEST
+    )
 
     (outcome,) = run.execute(action)
 
@@ -268,7 +294,9 @@ def test_relabel_writes_the_owner_record_the_plan_carries_and_nothing_else() -> 
     recorded = Owner("home", "a", DIGEST, "debian-12", "ab" * 32, "r0", "2026-01-01T00:00:00")
     host.domains[name] = Domain(name, DomainState.SHUTOFF, recorded)
     wanted = dataclasses.replace(recorded, protect=True)
-    action = Action(ActionKind.RELABEL, "protect", "a", "kvm01", name, DIGEST, owner=wanted)
+    action = Relabel(
+        reason="protect", proxy="a", host="kvm01", domain=name, digest=DIGEST, owner=wanted
+    )
 
     (outcome,) = run.execute(action)
 
@@ -278,22 +306,16 @@ def test_relabel_writes_the_owner_record_the_plan_carries_and_nothing_else() -> 
     assert run.images.calls == []
 
 
-def test_a_relabel_without_an_owner_record_fails_without_a_host_call() -> None:
-    run, host = one_host_run("a")
-    action = Action(ActionKind.RELABEL, "protect", "a", "kvm01", "pf-home-a-dddddddd", DIGEST)
-
-    (outcome,) = run.execute(action)
-
-    assert outcome.result is ActionResult.FAILED
-    assert outcome.error == "the plan's relabel action has no owner record"
-    assert host.calls == []
-
-
 def test_a_relabel_of_a_vanished_domain_fails_and_the_other_actions_go_on() -> None:
     run, host = one_host_run("a", "b")
     owner = Owner("home", "a", DIGEST, protect=True)
-    relabel = Action(
-        ActionKind.RELABEL, "protect", "a", "kvm01", "pf-home-a-dddddddd", DIGEST, owner=owner
+    relabel = Relabel(
+        reason="protect",
+        proxy="a",
+        host="kvm01",
+        domain="pf-home-a-dddddddd",
+        digest=DIGEST,
+        owner=owner,
     )
 
     outcomes = run.execute(relabel, create("b"))
@@ -305,7 +327,9 @@ def test_a_relabel_of_a_vanished_domain_fails_and_the_other_actions_go_on() -> N
 
 def test_deleting_a_domain_that_is_already_gone_counts_as_done() -> None:
     run, host = one_host_run()
-    action = Action(ActionKind.DELETE, "no manifest", "gone", "kvm01", "pf-home-gone-12345678")
+    action = Delete(
+        reason="no manifest", proxy="gone", host="kvm01", domain="pf-home-gone-12345678"
+    )
 
     (outcome,) = run.execute(action)
 
@@ -390,9 +414,10 @@ def second_step(host: LocalFakeHost, proxy: str) -> tuple[Action, Action]:
     host.domains[new] = Domain(new, DomainState.RUNNING, Owner("home", proxy, DIGEST))
     host.addresses_of[new] = ("192.0.2.60",)
     old = old_vm(host, proxy)
-    keep = Action(ActionKind.KEEP, "up to date", proxy, "kvm01", new, digest=DIGEST)
+    keep = Keep(reason="up to date", proxy=proxy, host="kvm01", domain=new, digest=DIGEST)
     why = f"replaced by {new} on kvm01, which is running"
-    return keep, Action(ActionKind.DELETE, why, proxy, "kvm01", old)
+    keeper = Keeper(host="kvm01", domain=new, health=Health())
+    return keep, Delete(reason=why, proxy=proxy, host="kvm01", domain=old, keeper=keeper)
 
 
 def test_the_second_step_of_a_replace_keeps_the_old_vm_while_the_new_one_is_unhealthy() -> None:
@@ -455,9 +480,13 @@ def test_a_stop_request_ends_retrying_a_transient_error() -> None:
 def test_keep_blocked_and_abandon_make_no_host_call() -> None:
     run, host = one_host_run("a")
     actions = (
-        Action(ActionKind.KEEP, "up to date", "a", "kvm01", "pf-home-a-dddddddd", DIGEST),
-        Action(ActionKind.BLOCKED, "host unreachable", "b", "kvm01", blocks=ActionKind.CREATE),
-        Action(ActionKind.ABANDON, "host left fleet.yaml", "c", "kvm09", "pf-home-c-12345678"),
+        Keep(
+            reason="up to date", proxy="a", host="kvm01", domain="pf-home-a-dddddddd", digest=DIGEST
+        ),
+        Blocked(reason="host unreachable", proxy="b", host="kvm01", blocks=ActionKind.CREATE),
+        Abandon(
+            reason="host left fleet.yaml", proxy="c", host="kvm09", domain="pf-home-c-12345678"
+        ),
     )
 
     assert run.execute(*actions) == ()

@@ -24,9 +24,18 @@ import pytest
 from planworld import apply_plan, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
-from reconciler.core.naming import domain_name, volume_domain
+from reconciler.core.naming import domain_name, resolve_image, volume_domain
 from reconciler.core.planner import plan
-from reconciler.model import Action, ActionKind, Inventory, Plan, Repo
+from reconciler.model import Action, ActionKind, Inventory, Owner, Plan, Repo
+from reconciler.model.plan import (
+    Blocked,
+    Cleanup,
+    Create,
+    Relabel,
+    Replace,
+    blocked_kind,
+    replaced,
+)
 from reconciler.model.vm import vm_volumes
 
 CASES = Path(__file__).parent / "plan_cases"
@@ -79,33 +88,49 @@ def _step(repo: Repo, inventory: Inventory, expected: list[dict[str, Any]]) -> P
 
 
 def _render(a: Action) -> str:
-    replaces = f" replaces={a.replaces.host}/{a.replaces.domain}" if a.replaces else ""
-    blocks = f" blocks={a.blocks}" if a.blocks else ""
+    old, stopped = replaced(a), blocked_kind(a)
+    replaces = f" replaces={old.host}/{old.domain}" if old else ""
+    blocks = f" blocks={stopped}" if stopped else ""
     return f"{a.kind} {a.proxy} {a.host} {a.domain}{blocks}{replaces}: {a.reason}"
 
 
 def _matches(action: Action, want: dict[str, Any]) -> bool:
     blocks = ActionKind(want["blocks"]) if "blocks" in want else None
+    owner = _owner(action)
+    old = replaced(action)
     checks = [
         action.kind == ActionKind(want["action"]),
         action.proxy == want.get("proxy"),
         action.host == want.get("host"),
-        action.blocks == blocks,
+        blocked_kind(action) == blocks,
         want.get("reason", "") in action.reason,
         "domain" not in want or action.domain == want["domain"],
-        "protect" not in want
-        or (action.owner is not None and action.owner.protect == want["protect"]),
+        "protect" not in want or (owner is not None and owner.protect == want["protect"]),
     ]
     replaces = want.get("replaces")
     if replaces is None:
-        checks.append(action.replaces is None)
+        checks.append(old is None)
     else:
         host, _, domain = replaces.partition("/")
-        checks.append(action.replaces is not None and action.replaces.host == host)
-        checks.append(
-            not domain or (action.replaces is not None and action.replaces.domain == domain)
-        )
+        checks.append(old is not None and old.host == host)
+        checks.append(not domain or (old is not None and old.domain == domain))
     return all(checks)
+
+
+def _assert_resolved(repo: Repo, a: Create | Replace) -> None:
+    """A new VM carries exactly what the repo says its proxy and host are made of."""
+    proxy, host = repo.proxy(a.proxy or ""), repo.fleet.host(a.host or "")
+    assert proxy is not None and host is not None
+    assert a.vm.host == host and a.vm.proxy == proxy.name and a.vm.fleet == repo.fleet.name
+    assert a.vm.machine_type == repo.fleet.machine_type(proxy.placement.machine_type)
+    assert a.vm.image == resolve_image(repo.fleet, proxy.placement.image)
+    assert a.vm.cloud_init == proxy.cloud_init and a.vm.health == proxy.health
+    assert a.vm.protect == proxy.lifecycle.protect
+
+
+def _owner(action: Action) -> Owner | None:
+    """The ownership record a relabel (or a blocked one) writes."""
+    return action.owner if isinstance(action, Relabel | Blocked) else None
 
 
 def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
@@ -113,19 +138,22 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
     for a in result.actions:
         assert a.reason, f"{a} has no reason"
         assert a.host is None or a.host in reachable, f"{a} targets an unreachable host"
-        assert a.replaces is None or a.replaces.host in reachable
-        assert (a.kind is ActionKind.BLOCKED) == (a.blocks is not None)
-        assert (a.owner is not None) == (ActionKind.RELABEL in (a.kind, a.blocks))
+        old, stopped = replaced(a), blocked_kind(a)
+        assert old is None or old.host in reachable
+        assert (a.kind is ActionKind.BLOCKED) == (stopped is not None)
+        assert (_owner(a) is not None) == (ActionKind.RELABEL in (a.kind, stopped))
         new_vm = a.kind in (ActionKind.CREATE, ActionKind.REPLACE)
-        if new_vm or (a.blocks in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
+        if isinstance(a, Create | Replace):
+            _assert_resolved(repo, a)
+        if new_vm or (stopped in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
             assert a.proxy is not None and a.host is not None and a.digest is not None
             assert a.digest == desired_digest(repo, a.proxy, a.host)
             assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
-        if ActionKind.CLEANUP in (a.kind, a.blocks):
+        if ActionKind.CLEANUP in (a.kind, stopped):
             _assert_safe_cleanup(repo, inventory, result, a)
-    assert all(
-        not a.volumes for a in result.actions if ActionKind.CLEANUP not in (a.kind, a.blocks)
-    )
+    for a in result.actions:
+        if isinstance(a, Blocked) and a.blocks is not ActionKind.CLEANUP:
+            assert not a.volumes, f"{a} carries volumes"
     # Deterministic, whatever order the inventory lists hosts and domains in.
     assert plan(repo, inventory) == result
     shuffle = random.Random(7)
@@ -139,6 +167,7 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:
     """A cleanup names only this fleet's volume names, present on its host, of a domain that
     neither exists there nor is named by any other action of the plan on that host."""
+    assert isinstance(a, Cleanup | Blocked)
     host = inventory.host(a.host or "")
     assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
     assert a.domain is not None and a.proxy is None

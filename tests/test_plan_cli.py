@@ -29,8 +29,9 @@ def _vm(
     host = repo.fleet.host(host_name)
     assert proxy is not None and host is not None
     image = resolve_image(repo.fleet, proxy.placement.image)
-    digest = proxy_digest(repo.fleet, proxy, host, image=image)
-    assert digest is not None
+    machine = repo.fleet.machine_type(proxy.placement.machine_type)
+    assert image is not None and machine is not None
+    digest = proxy_digest(proxy, host, image=image, machine_type=machine)
     if stale:
         digest = "0" * 64
     name = domain_name(repo.fleet.name, proxy_name, digest)

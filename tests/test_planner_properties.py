@@ -30,7 +30,7 @@ from reconciler.model import (
     Plan,
     Repo,
 )
-from reconciler.model.plan import MUTATING
+from reconciler.model.plan import MUTATING, Cleanup, Relabel, blocked_kind, replaced
 
 HOSTS = ("kvm01", "kvm02", "kvm03", "kvm04")
 PROXIES = ("web-0", "web-1", "web-2", "web-3", "web-4")
@@ -140,7 +140,8 @@ def test_no_action_ever_targets_an_unreachable_host(world: tuple[Repo, Inventory
     reachable = _reachable(inventory)
     for action in plan(repo, inventory).actions:
         assert action.host is None or action.host in reachable, action
-        assert action.replaces is None or action.replaces.host in reachable, action
+        old = replaced(action)
+        assert old is None or old.host in reachable, action
 
 
 def _current_vms(repo: Repo, inventory: Inventory) -> dict[str, set[tuple[str, str]]]:
@@ -174,7 +175,7 @@ def test_a_proxy_with_an_unchanged_digest_is_never_deleted_or_replaced(
         assert vms - deleted, f"every up-to-date VM of {proxy} is deleted"
         # The kept VM: a keep, a start, or a start that suspend blocked.
         kept = (ActionKind.KEEP, ActionKind.START)
-        survivors = {(a.host, a.domain) for a in mine if a.kind in kept or a.blocks in kept}
+        survivors = {(a.host, a.domain) for a in mine if a.kind in kept or blocked_kind(a) in kept}
         assert len(survivors & vms) == 1, "exactly one up-to-date VM is kept or started"
 
 
@@ -221,7 +222,7 @@ def _assert_cleanups_touch_only_unused_volumes_of_this_fleet(
 ) -> None:
     named = [(a.host, a.domain) for a in actions if a.kind is not ActionKind.CLEANUP]
     for a in actions:
-        if a.kind is not ActionKind.CLEANUP:
+        if not isinstance(a, Cleanup):
             continue
         host = inventory.host(a.host or "")
         assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
@@ -237,7 +238,7 @@ def _assert_relabels_change_only_protect_to_the_manifests(
 ) -> None:
     """A relabel follows its VM's own action, on an owned VM of a proxy with a manifest."""
     for before, a in zip((None, *actions), actions, strict=False):
-        if a.kind is not ActionKind.RELABEL:
+        if not isinstance(a, Relabel):
             continue
         recorded = owners.get((a.host or "", a.domain or ""))
         assert recorded is not None and recorded.fleet == repo.fleet.name, "foreign VM touched"
@@ -247,7 +248,7 @@ def _assert_relabels_change_only_protect_to_the_manifests(
         assert a.owner == dataclasses.replace(recorded, protect=manifest.lifecycle.protect)
         assert before is not None and before.kind not in (ActionKind.DELETE, ActionKind.REPLACE)
         assert (before.host, before.domain) == (a.host, a.domain) or (
-            before.replaces == DomainRef(a.host or "", a.domain or "")
+            replaced(before) == DomainRef(a.host or "", a.domain or "")
         ), f"{a} does not follow the action of its VM"
 
 
@@ -270,17 +271,17 @@ def _assert_nothing_running_goes_before_its_replacement_runs(
 
 def _second_steps(first: Plan) -> set[tuple[str | None, str | None]]:
     """VMs the first plan already meant to delete: replaced ones, waiting or limited deletes."""
-    allowed = {(a.replaces.host, a.replaces.domain) for a in first.actions if a.replaces}
-    allowed |= {(a.host, a.domain) for a in first.actions if a.blocks is ActionKind.DELETE}
+    allowed = {(old.host, old.domain) for a in first.actions if (old := replaced(a))}
+    allowed |= {(a.host, a.domain) for a in first.actions if blocked_kind(a) is ActionKind.DELETE}
     return allowed
 
 
 def _limited_replaces(first: Plan) -> set[tuple[str | None, DomainRef | None]]:
     """Replaces the first plan held back only because of maxDeletesPerRun."""
     return {
-        (a.proxy, a.replaces)
+        (a.proxy, replaced(a))
         for a in first.actions
-        if a.blocks is ActionKind.REPLACE and a.reason.startswith("beyond maxDeletesPerRun")
+        if blocked_kind(a) is ActionKind.REPLACE and a.reason.startswith("beyond maxDeletesPerRun")
     }
 
 
@@ -296,7 +297,7 @@ def test_planning_again_after_applying_leaves_only_keeps_and_second_steps(
     for a in second.actions:
         assert a.kind not in (ActionKind.CREATE, ActionKind.START), a
         if a.kind is ActionKind.REPLACE:
-            assert (a.proxy, a.replaces) in _limited_replaces(first), a
+            assert (a.proxy, replaced(a)) in _limited_replaces(first), a
         if a.kind in (ActionKind.DELETE, ActionKind.RELABEL):
             assert (a.host, a.domain) in second_steps, a
 
@@ -321,7 +322,7 @@ def test_the_generated_worlds_reach_every_action_kind() -> None:
     @given(worlds())
     def collect(world: tuple[Repo, Inventory]) -> None:
         seen.update(a.kind for a in plan(*world).actions)
-        seen.update(a.blocks for a in plan(*world).actions if a.blocks is not None)
+        seen.update(b for a in plan(*world).actions if (b := blocked_kind(a)) is not None)
 
     collect()
     assert seen == set(ActionKind)

@@ -168,8 +168,8 @@ class Metrics:
         for kind, n in report.plan.summary().items():
             self.plan_actions.labels(kind).set(n)
         blocked: dict[str, int] = {}
-        for action in report.plan.of_kind(ActionKind.BLOCKED):
-            name = action.blocks.value if action.blocks is not None else "unknown"
+        for action in report.plan.blocked():
+            name = action.blocks.value
             blocked[name] = blocked.get(name, 0) + 1
         self.blocked.clear()
         for name, n in sorted(blocked.items()):

@@ -37,6 +37,7 @@ from reconciler.core.inventory import load_inventory
 from reconciler.core.planner import UP_TO_DATE, plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
+from reconciler.model.plan import Blocked, Cleanup, blocked_kind, replaced
 
 EXIT_NO_CHANGES = 0
 EXIT_ERROR = 1
@@ -133,7 +134,8 @@ def plan_json(result: Plan) -> dict[str, Any]:
 
 def action_json(action: Action) -> dict[str, Any]:
     """One action; fields that do not apply are null (every key is always present)."""
-    replaces = action.replaces
+    replaces = replaced(action)
+    blocks = blocked_kind(action)
     return {
         "action": action.kind.value,
         "proxy": action.proxy,
@@ -141,9 +143,9 @@ def action_json(action: Action) -> dict[str, Any]:
         "domain": action.domain,
         "digest": action.digest,
         "reason": action.reason,
-        "blocks": action.blocks.value if action.blocks is not None else None,
+        "blocks": blocks.value if blocks is not None else None,
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
-        "volumes": list(action.volumes),
+        "volumes": list(action.volumes) if isinstance(action, Cleanup | Blocked) else [],
     }
 
 
@@ -159,16 +161,15 @@ def _listed(action: Action) -> bool:
 
 def _line(action: Action, *, color: bool) -> str:
     symbol = SYMBOLS[action.kind].rjust(3)
-    verb = action.kind.value if action.blocks is None else f"blocked {action.blocks.value}"
+    blocks, old = blocked_kind(action), replaced(action)
+    verb = action.kind.value if blocks is None else f"blocked {blocks.value}"
     where = " ".join(
         part
         for part in (
             action.proxy or "",
             f"on {action.host}" if action.host else "",
             action.domain or "",
-            f"(replaces {action.replaces.host}/{action.replaces.domain})"
-            if action.replaces
-            else "",
+            f"(replaces {old.host}/{old.domain})" if old else "",
         )
         if part
     )

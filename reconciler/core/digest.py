@@ -33,7 +33,7 @@ import hashlib
 import json
 from typing import Final
 
-from reconciler.model import CloudInit, Fleet, Host, HostNetwork, Image, MachineType, Proxy
+from reconciler.model import CloudInit, Host, HostNetwork, Image, MachineType, Proxy
 
 VERSION: Final = 1
 """Bumped only when the canonical encoding changes; bumping it replaces every VM."""
@@ -74,22 +74,18 @@ def spec_digest(
 
 
 def proxy_digest(
-    fleet: Fleet,
     proxy: Proxy,
     host: Host,
     *,
-    image: Image | None,
-) -> str | None:
-    """The digest ``proxy`` would have on ``host``, or None if its machine type is unknown.
+    image: Image,
+    machine_type: MachineType,
+) -> str:
+    """The digest ``proxy`` has on ``host``, with its image and machine type already resolved.
 
-    ``image`` is the already resolved ``placement.image`` (a key of
-    ``spec.images`` or a synthetic image for a direct URL); None means it did
-    not resolve. A loaded repo never has either gap; None lets the planner
-    block instead of crash if it ever does.
+    ``image`` is the resolved ``placement.image`` (a key of ``spec.images`` or a
+    synthetic image for a direct URL), ``machine_type`` the resolved
+    ``placement.machineType``: the planner resolves both once per proxy.
     """
-    machine_type = fleet.machine_type(proxy.placement.machine_type)
-    if image is None or machine_type is None:
-        return None
     return spec_digest(
         image=image,
         machine_type=machine_type,

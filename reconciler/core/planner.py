@@ -23,10 +23,10 @@ action of the VM it concerns.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from reconciler.core.digest import proxy_digest
 from reconciler.core.naming import (
@@ -36,7 +36,6 @@ from reconciler.core.naming import (
     volume_domain,
 )
 from reconciler.model import (
-    Action,
     ActionKind,
     DomainRef,
     DomainState,
@@ -44,23 +43,49 @@ from reconciler.model import (
     Host,
     Image,
     Inventory,
+    MachineType,
     Owner,
     Plan,
     Proxy,
     Repo,
 )
-from reconciler.model.plan import MUTATING
+from reconciler.model.plan import (
+    MUTATING,
+    Abandon,
+    Action,
+    Blocked,
+    Cleanup,
+    Create,
+    Delete,
+    Keep,
+    Keeper,
+    NewVm,
+    Relabel,
+    Replace,
+    Start,
+    replaced,
+)
 from reconciler.model.vm import vm_volumes
 
-CREATE, KEEP, START = ActionKind.CREATE, ActionKind.KEEP, ActionKind.START
-RELABEL, REPLACE, DELETE = ActionKind.RELABEL, ActionKind.REPLACE, ActionKind.DELETE
-BLOCKED, ABANDON, CLEANUP = ActionKind.BLOCKED, ActionKind.ABANDON, ActionKind.CLEANUP
+CREATE, START = ActionKind.CREATE, ActionKind.START
+REPLACE, DELETE = ActionKind.REPLACE, ActionKind.DELETE
 
 UP_TO_DATE = "up to date"
 SUSPENDED = "the fleet is suspended (policy.suspend)"
 PROTECTED = "protected (lifecycle.protect)"
 PRUNE_OFF = "its manifest is gone but prune is off"
 EMPTY = "the desired set is empty and allowEmpty is false"
+UNRESOLVED = "its image or machine type does not resolve in fleet.yaml"
+
+A = TypeVar("A", Keep, Start, Delete, Abandon)
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a proxy's VMs are made of: its image and machine type, resolved once."""
+
+    image: Image
+    machine_type: MachineType
 
 
 def plan(repo: Repo, inventory: Inventory) -> Plan:
@@ -91,9 +116,8 @@ class _Vm:
     def ref(self) -> DomainRef:
         return DomainRef(host=self.host, domain=self.name)
 
-    def action(self, kind: ActionKind, reason: str) -> Action:
-        return Action(
-            kind=kind,
+    def action(self, kind: type[A], reason: str) -> A:
+        return kind(
             reason=reason,
             proxy=self.proxy,
             host=self.host,
@@ -102,9 +126,31 @@ class _Vm:
         )
 
 
-def _block(action: Action, reason: str) -> Action:
+def _block(action: Action, reason: str) -> Blocked:
     """The same action, stopped by a safety rule."""
-    return dataclasses.replace(action, kind=BLOCKED, blocks=action.kind, reason=reason)
+    if isinstance(action, Blocked):
+        return Blocked(
+            reason=reason,
+            proxy=action.proxy,
+            host=action.host,
+            domain=action.domain,
+            digest=action.digest,
+            blocks=action.blocks,
+            replaces=action.replaces,
+            owner=action.owner,
+            volumes=action.volumes,
+        )
+    return Blocked(
+        reason=reason,
+        proxy=action.proxy,
+        host=action.host,
+        domain=action.domain,
+        digest=action.digest,
+        blocks=action.kind,
+        replaces=replaced(action),
+        owner=action.owner if isinstance(action, Relabel) else None,
+        volumes=action.volumes if isinstance(action, Cleanup) else (),
+    )
 
 
 def _preference(vm: _Vm) -> tuple[bool, str, str]:
@@ -148,7 +194,7 @@ class _Planner:
                 if host.name not in self.hosts:
                     if vm is not None:
                         reason = f"host {host.name} is no longer in fleet.yaml; left alone"
-                        self.abandoned.append(vm.action(ABANDON, reason))
+                        self.abandoned.append(vm.action(Abandon, reason))
                     continue
                 self.taken[host.name][domain.name] = vm is None
                 if owner is not None and owner.fleet != self.fleet.name:
@@ -177,103 +223,164 @@ class _Planner:
     # -- one proxy ---------------------------------------------------------------------------
 
     def _proxy(self, proxy: Proxy) -> list[Action]:
-        image = resolve_image(self.fleet, proxy.placement.image)
         vms = self.owned.get(proxy.name, [])
-        digests = {h: self._digest(proxy, image, h) for h in {vm.host for vm in vms}}
+        made = self._made(proxy)
+        if made is None:  # a loaded repo never has this; block rather than crash
+            keeps: list[Action] = [vm.action(Keep, f"{UNRESOLVED}; left as it is") for vm in vms]
+            return keeps or [Blocked(reason=UNRESOLVED, proxy=proxy.name, blocks=CREATE)]
+        digests = {h: self._digest(proxy, made, h) for h in {vm.host for vm in vms}}
         current = [vm for vm in vms if vm.digest == digests[vm.host]]
         stale = [vm for vm in vms if vm.digest != digests[vm.host]]
         if current:
             return self._settle(proxy, current, stale)
         if stale:
-            return self._replace(proxy, image, stale)
-        return [self._create(proxy, image)]
+            return self._replace(proxy, made, stale)
+        return [self._create(proxy, made)]
 
-    def _digest(self, proxy: Proxy, image: Image | None, host: str) -> str | None:
-        return proxy_digest(self.fleet, proxy, self.hosts[host], image=image)
+    def _made(self, proxy: Proxy) -> _Made | None:
+        image = resolve_image(self.fleet, proxy.placement.image)
+        machine_type = self.fleet.machine_type(proxy.placement.machine_type)
+        if image is None or machine_type is None:
+            return None
+        return _Made(image, machine_type)
+
+    def _digest(self, proxy: Proxy, made: _Made, host: str) -> str:
+        return proxy_digest(
+            proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
+        )
 
     def _settle(self, proxy: Proxy, current: list[_Vm], stale: list[_Vm]) -> list[Action]:
         """The proxy has a VM with the current digest: keep it, delete the rest safely."""
         keeper, *duplicates = sorted(current, key=_preference)
-        actions = [self._keep(proxy, keeper)]
+        kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
+        actions: list[Action] = [self._keep(proxy, keeper)]
         for vm in sorted(duplicates, key=lambda v: (v.name, v.host)):
             why = f"duplicate of {keeper.name} on {keeper.host}"
-            actions.append(self._delete(proxy, vm, why))
+            actions.append(self._delete(proxy, vm, why, keeper=kept))
         for vm in sorted(stale, key=lambda v: (v.name, v.host)):
             if keeper.state is DomainState.RUNNING or proxy.lifecycle.protect:
                 why = f"replaced by {keeper.name} on {keeper.host}, which is running"
-                actions.append(self._delete(proxy, vm, why))
+                actions.append(self._delete(proxy, vm, why, keeper=kept))
             else:
                 why = f"waiting for the replacement {keeper.name} on {keeper.host} to run"
-                actions.append(_block(vm.action(DELETE, ""), why))
+                actions.append(_block(vm.action(Delete, ""), why))
         return actions
 
     def _keep(self, proxy: Proxy, vm: _Vm) -> Action:
         state = vm.state
         if state is DomainState.RUNNING:
-            return vm.action(KEEP, UP_TO_DATE)
+            return vm.action(Keep, UP_TO_DATE)
         if state is DomainState.SHUTOFF:
             if self.policy.drift is DriftMode.CORRECT:
-                return vm.action(START, "shut off; drift: correct starts it")
-            return vm.action(KEEP, "shut off; drift: detect only reports it")
+                return vm.action(Start, "shut off; drift: correct starts it")
+            return vm.action(Keep, "shut off; drift: detect only reports it")
         if state is DomainState.PAUSED:
-            return vm.action(KEEP, "paused; left as it is (resume it by hand)")
+            return vm.action(Keep, "paused; left as it is (resume it by hand)")
         if state is DomainState.CRASHED:
-            return vm.action(KEEP, "crashed; left for inspection")
-        return vm.action(KEEP, f"in state {state.value}; left as it is")
+            return vm.action(Keep, "crashed; left for inspection")
+        return vm.action(Keep, f"in state {state.value}; left as it is")
 
-    def _delete(self, proxy: Proxy, vm: _Vm, reason: str) -> Action:
-        action = vm.action(DELETE, reason)
+    def _delete(
+        self, proxy: Proxy, vm: _Vm, reason: str, *, keeper: Keeper | None = None
+    ) -> Action:
+        action = Delete(
+            reason=reason,
+            proxy=vm.proxy,
+            host=vm.host,
+            domain=vm.name,
+            digest=vm.digest,
+            keeper=keeper,
+        )
         return _block(action, PROTECTED) if proxy.lifecycle.protect else action
 
-    def _replace(self, proxy: Proxy, image: Image | None, stale: list[_Vm]) -> list[Action]:
+    def _replace(self, proxy: Proxy, made: _Made, stale: list[_Vm]) -> list[Action]:
         """No VM has the current digest: one new VM first; the old ones go once it runs."""
         old, *others = sorted(stale, key=_preference)
-        new = self._new_vm(proxy, image, prefer=old.host, replaces=old)
+        new = self._new_vm(proxy, made, prefer=old.host, replaces=old)
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
-        return [new, *(_block(vm.action(DELETE, ""), why) for vm in others)]
+        return [new, *(_block(vm.action(Delete, ""), why) for vm in others)]
 
-    def _create(self, proxy: Proxy, image: Image | None) -> Action:
-        return self._new_vm(proxy, image, prefer=None, replaces=None)
+    def _create(self, proxy: Proxy, made: _Made) -> Action:
+        return self._new_vm(proxy, made, prefer=None, replaces=None)
 
     def _new_vm(
-        self, proxy: Proxy, image: Image | None, *, prefer: str | None, replaces: _Vm | None
+        self, proxy: Proxy, made: _Made, *, prefer: str | None, replaces: _Vm | None
     ) -> Action:
         """A CREATE (or, with ``replaces``, a REPLACE) placed and named, or why it cannot be."""
         kind = CREATE if replaces is None else REPLACE
-        intent = Action(
-            kind=kind,
-            reason="",
-            proxy=proxy.name,
-            replaces=replaces.ref if replaces is not None else None,
-        )
+        old = replaces.ref if replaces is not None else None
+
+        def stop(
+            reason: str, host: str | None = None, domain: str | None = None, digest: str = ""
+        ) -> Blocked:
+            return Blocked(
+                reason=reason,
+                proxy=proxy.name,
+                host=host,
+                domain=domain,
+                digest=digest or None,
+                blocks=kind,
+                replaces=old,
+            )
+
         if replaces is not None and proxy.lifecycle.protect:
-            return _block(intent, PROTECTED)
+            return stop(PROTECTED)
         unknown = self._unreachable_for(proxy)
         if unknown is not None:
             what = "its VM" if replaces is None else "a replacement"
-            return _block(intent, f"host {unknown} is unreachable; {what} may already run there")
-        clash = self._name_clash(proxy, image, intent)
+            return stop(f"host {unknown} is unreachable; {what} may already run there")
+        clash = self._name_clash(proxy, made)
         if clash is not None:
-            return clash
-        host, why = self._place(proxy, prefer=prefer)
-        if host is None:
-            return _block(intent, why)
-        digest = self._digest(proxy, image, host)
-        if digest is None:
-            return _block(intent, "its image or machine type does not resolve in fleet.yaml")
-        name = domain_name(self.fleet.name, proxy.name, digest)
-        intent = dataclasses.replace(intent, host=host, domain=name, digest=digest)
-        if len(name) > MAX_DOMAIN_NAME:
-            return _block(intent, f"domain name is longer than {MAX_DOMAIN_NAME} characters")
-        self.load[host] += 1
-        reason = f"new VM {why}"
-        if replaces is not None:
-            reason = (
-                f"spec changed ({replaces.digest[:8]} -> {digest[:8]}): {reason}; "
-                f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
+            host, name, digest, holder = clash
+            return stop(
+                f"the domain name is held by {holder} on {host}",
+                host=host,
+                domain=name,
+                digest=digest,
             )
-        return dataclasses.replace(intent, reason=reason)
+        placed, why = self._place(proxy, prefer=prefer)
+        if placed is None:
+            return stop(why)
+        host = placed
+        digest = self._digest(proxy, made, host)
+        name = domain_name(self.fleet.name, proxy.name, digest)
+        if len(name) > MAX_DOMAIN_NAME:
+            too_long = f"domain name is longer than {MAX_DOMAIN_NAME} characters"
+            return stop(too_long, host=host, domain=name, digest=digest)
+        self.load[host] += 1
+        vm = self._new(proxy, made, host)
+        reason = f"new VM {why}"
+        if replaces is None:
+            return Create(
+                reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
+            )
+        reason = (
+            f"spec changed ({replaces.digest[:8]} -> {digest[:8]}): {reason}; "
+            f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
+        )
+        return Replace(
+            reason=reason,
+            proxy=proxy.name,
+            host=host,
+            domain=name,
+            digest=digest,
+            vm=vm,
+            replaces=replaces.ref,
+        )
+
+    def _new(self, proxy: Proxy, made: _Made, host: str) -> NewVm:
+        return NewVm(
+            fleet=self.fleet.name,
+            proxy=proxy.name,
+            host=self.hosts[host],
+            image=made.image,
+            machine_type=made.machine_type,
+            cloud_init=proxy.cloud_init,
+            install_guest_agent=proxy.install_guest_agent,
+            protect=proxy.lifecycle.protect,
+            health=proxy.health,
+        )
 
     def _unreachable_for(self, proxy: Proxy) -> str | None:
         """The first unreachable host where a VM of ``proxy`` could be: its zone's, or its pin."""
@@ -282,25 +389,23 @@ class _Planner:
             where.add(proxy.placement.host)
         return next((h for h in sorted(where) if h not in self.reachable), None)
 
-    def _name_clash(self, proxy: Proxy, image: Image | None, intent: Action) -> Action | None:
-        """Blocked when the name the new VM would get on any host it may go to is taken there.
+    def _name_clash(self, proxy: Proxy, made: _Made) -> tuple[str, str, str, str] | None:
+        """(host, name, digest, holder) when the name the new VM would get on any host it
+        may go to is taken there; None when it is free everywhere.
 
         Checked over every candidate host, not just the one placement picks, so
         that the block does not come and go with the load of the zone: a
         foreign domain under our name may be our VM without its metadata.
         """
         for host in self._targets(proxy):
-            digest = self._digest(proxy, image, host) if host in self.reachable else None
-            if digest is None:
+            if host not in self.reachable:
                 continue
+            digest = self._digest(proxy, made, host)
             name = domain_name(self.fleet.name, proxy.name, digest)
             if name not in self.taken[host]:
                 continue
             holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"
-            return _block(
-                dataclasses.replace(intent, host=host, domain=name, digest=digest),
-                f"the domain name is held by {holder} on {host}",
-            )
+            return host, name, digest, holder
         return None
 
     def _targets(self, proxy: Proxy) -> list[str]:
@@ -357,16 +462,27 @@ class _Planner:
             protect = manifest.lifecycle.protect
             if vm.protect != protect:
                 why = f"protect: {_flag(vm.protect)} -> {_flag(protect)} in the VM's metadata"
-                owner = dataclasses.replace(vm.owner, protect=protect)
-                result.append(dataclasses.replace(vm.action(RELABEL, why), owner=owner))
+                owner = replace(vm.owner, protect=protect)
+                result.append(
+                    Relabel(
+                        reason=why,
+                        proxy=vm.proxy,
+                        host=vm.host,
+                        domain=vm.name,
+                        digest=vm.digest,
+                        owner=owner,
+                    )
+                )
         return result
 
     def _staying(self, action: Action) -> _Vm | None:
         """The owned VM that ``action`` leaves in place, if it speaks about one."""
-        if action.kind in (KEEP, START) or action.blocks in (START, DELETE):
+        stopped = action.blocks if isinstance(action, Blocked) else None
+        if isinstance(action, Keep | Start) or stopped in (START, DELETE):
             return self.vms.get((action.host or "", action.domain or ""))
-        if action.blocks is REPLACE and action.replaces is not None:
-            return self.vms.get((action.replaces.host, action.replaces.domain))
+        old = replaced(action)
+        if stopped is REPLACE and old is not None:
+            return self.vms.get((old.host, old.domain))
         return None
 
     # -- volumes of VMs that never were (an interrupted create) ---------------------------
@@ -406,28 +522,22 @@ class _Planner:
                     "left by a create interrupted before its define"
                 )
                 cleanups.append(
-                    Action(
-                        kind=CLEANUP,
-                        reason=reason,
-                        host=host,
-                        domain=domain,
-                        volumes=tuple(volumes),
-                    )
+                    Cleanup(reason=reason, host=host, domain=domain, volumes=tuple(volumes))
                 )
         return cleanups
 
     def _wanted_domain(self, proxy_name: str, host: str) -> str | None:
         """The domain a VM of ``proxy_name`` would get on ``host`` now (None: no manifest)."""
         proxy = self.manifests.get(proxy_name)
-        if proxy is None:
+        made = self._made(proxy) if proxy is not None else None
+        if proxy is None or made is None:
             return None
-        digest = self._digest(proxy, resolve_image(self.fleet, proxy.placement.image), host)
-        return domain_name(self.fleet.name, proxy.name, digest) if digest is not None else None
+        return domain_name(self.fleet.name, proxy.name, self._digest(proxy, made, host))
 
     # -- VMs without a manifest, and the delete gates ------------------------------------
 
     def _orphan(self, vm: _Vm) -> Action:
-        action = vm.action(DELETE, f"no manifest for proxy {vm.proxy}")
+        action = vm.action(Delete, f"no manifest for proxy {vm.proxy}")
         if vm.protect:
             return _block(action, PROTECTED)
         if not self.policy.prune:
@@ -442,7 +552,7 @@ class _Planner:
         """
         actions = list(proposed)
         if not self.repo.proxies and not self.policy.allow_empty:
-            return [_block(a, EMPTY) if a.kind is DELETE else a for a in actions]
+            return [_block(a, EMPTY) if isinstance(a, Delete) else a for a in actions]
         victims = sorted(v for a in actions if (v := _victim(a)) is not None)
         allowed = set(victims[: max(self.policy.max_deletes_per_run, 0)])
         limit = f"beyond maxDeletesPerRun ({self.policy.max_deletes_per_run})"
@@ -458,8 +568,8 @@ def _flag(value: bool) -> str:
 
 def _victim(action: Action) -> tuple[str, str] | None:
     """The (host, domain) an action deletes, now or (replace) once its new VM is healthy."""
-    if action.kind is DELETE and action.host and action.domain:
+    if isinstance(action, Delete) and action.host and action.domain:
         return (action.host, action.domain)
-    if action.kind is REPLACE and action.replaces is not None:
+    if isinstance(action, Replace):
         return (action.replaces.host, action.replaces.domain)
     return None

@@ -17,7 +17,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from reconciler.model.plan import ActionKind
+from reconciler.model.plan import ActionKind, Blocked
 from reconciler.model.report import ActionResult, RunReport, RunResult
 
 API_VERSION = "proxyfleet/v1"
@@ -108,14 +108,14 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
     plan_actions = report.plan.actions if report.plan is not None else ()
     blocked = [
         {
-            "action": a.blocks.value if a.blocks is not None else "",
+            "action": a.blocks.value,
             "proxy": a.proxy or "",
             "host": a.host or "",
             "domain": a.domain or "",
             "reason": a.reason,
         }
         for a in plan_actions
-        if a.kind == ActionKind.BLOCKED
+        if isinstance(a, Blocked)
     ]
     abandoned = [
         {"host": a.host or "", "domain": a.domain or "", "reason": a.reason}

@@ -22,6 +22,7 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet
+from reconciler.model.plan import replaced
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 from reconciler.model.settings import ApplySettings
 
@@ -228,13 +229,14 @@ def _after(
         return _Target(
             ProxyStatus(name, host, domain, "failed" if failed else "absent", detail=failure)
         )
-    if kind is ActionKind.REPLACE and action.replaces is not None:
-        serving = _observed(name, action.replaces.host, action.replaces.domain, inventory)
+    old = replaced(action)
+    if kind is ActionKind.REPLACE and old is not None:
+        serving = _observed(name, old.host, old.domain, inventory)
         return _Target(replace(serving, detail=failure))  # the old VM stays when a replace fails
     if kind is ActionKind.BLOCKED and not domain:
         blocked = f"blocked: {action.reason}"
-        if action.replaces is not None:  # a blocked replace: the old VM still serves
-            serving = _observed(name, action.replaces.host, action.replaces.domain, inventory)
+        if old is not None:  # a blocked replace: the old VM still serves
+            serving = _observed(name, old.host, old.domain, inventory)
             return _Target(replace(serving, detail=blocked))
         return _Target(ProxyStatus(name, host, state="absent", detail=blocked))
     status = _observed(name, host, domain, inventory)

@@ -1,6 +1,7 @@
 """Step 5 of a cycle: carry a Plan out and say how each action went.
 
-The executor never decides anything: the planner did. It runs the plan's
+The executor never decides anything, and never looks anything up: the planner
+did, and each typed action carries what it resolved. It runs the plan's
 mutating actions (create, start, relabel, replace, delete, cleanup) in parallel across hosts,
 at most ``per_host_concurrency`` at a time on one host, and turns every
 result, including a bug, into an ``ActionOutcome``. Keep, blocked and abandon
@@ -11,8 +12,8 @@ make no call at all.
 - start: ``start``.
 - relabel: ``set_owner`` with the ownership record the plan carries (the one
   the VM was observed with, only ``protect`` changed).
-- delete: ``delete``; a domain already gone counts as deleted. When the plan keeps
-  another VM of the same proxy (the second step of a replace, or a duplicate), that
+- delete: ``delete``; a domain already gone counts as deleted. When the delete names
+  a keeper (the VM the proxy keeps: the second step of a replace, or a duplicate), that
   VM must pass its health check first (``replace_timeout``), as in a replace:
   otherwise a replace that failed because its new VM never got healthy would lose
   the old, working VM one run later.
@@ -40,13 +41,21 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from reconciler.adapters.host import Hypervisor
-from reconciler.core.naming import resolve_image
 from reconciler.engine.check import Prober, VmHealth, check_vm
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
-from reconciler.model import Action, ActionKind, Host, Image, MachineType, Owner, Plan, Proxy, Repo
-from reconciler.model.plan import MUTATING
+from reconciler.model import Action, Image, Owner, Plan
+from reconciler.model import Health as HealthSpec
+from reconciler.model.plan import (
+    MUTATING,
+    Cleanup,
+    Create,
+    Delete,
+    Relabel,
+    Replace,
+    Start,
+)
 from reconciler.model.report import ActionOutcome, ActionResult, Health
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import VmSpec
@@ -91,7 +100,6 @@ class Executor:
 
     def __init__(
         self,
-        repo: Repo,
         hosts: Mapping[str, Hypervisor],
         *,
         images: ImageSource,
@@ -100,7 +108,6 @@ class Executor:
         settings: ApplySettings,
         runtime: Runtime,
     ) -> None:
-        self._repo = repo
         self._hosts = hosts
         self._images = images
         self._prober = prober
@@ -109,16 +116,10 @@ class Executor:
         self._runtime = runtime
         self._memo_lock = threading.Lock()
         self._memo: dict[tuple[str, ...], _Once] = {}
-        self._keepers: dict[str, tuple[str, str]] = {}
 
     def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
         """One outcome per mutating action of ``plan``, in plan order."""
         actions = [a for a in plan.actions if a.kind in MUTATING]
-        self._keepers = {
-            a.proxy: (a.host, a.domain)
-            for a in plan.actions
-            if a.kind in (ActionKind.KEEP, ActionKind.START) and a.proxy and a.host and a.domain
-        }
         queues: dict[str, deque[int]] = {}
         for index, action in enumerate(actions):
             queues.setdefault(action.host or "", deque()).append(index)
@@ -181,32 +182,31 @@ class Executor:
 
     def _run(self, action: Action, attempts: Attempts) -> None:
         host = self._host(action.host)
-        domain = _required(action.domain, "domain", action)
-        if action.kind is ActionKind.CREATE:
-            self._create(action, host, domain, attempts)
-        elif action.kind is ActionKind.START:
-            self._call(f"start {domain} on {host.name}", lambda: host.start(domain), attempts)
-        elif action.kind is ActionKind.RELABEL:
-            owner = action.owner
-            if owner is None:
-                raise ActionFailed("the plan's relabel action has no owner record")
-            self._call(
-                f"record protect={owner.protect} on {domain} on {host.name}",
-                lambda: host.set_owner(domain, owner),
-                attempts,
-            )
-        elif action.kind is ActionKind.DELETE:
-            self._wait_for_keeper(action, domain)
-            self._delete(host, domain, attempts)
-        elif action.kind is ActionKind.REPLACE:
-            self._replace(action, host, domain, attempts)
-        elif action.kind is ActionKind.CLEANUP:
-            self._cleanup(action, host, domain, attempts)
-        else:  # not reached: run() keeps only mutating actions
-            raise ActionFailed(f"the executor does not carry out {action.kind} actions")
+        domain = action.domain or ""
+        match action:
+            case Create():
+                self._create(action, host, attempts)
+            case Start():
+                self._call(f"start {domain} on {host.name}", lambda: host.start(domain), attempts)
+            case Relabel(owner=owner):
+                self._call(
+                    f"record protect={owner.protect} on {domain} on {host.name}",
+                    lambda: host.set_owner(domain, owner),
+                    attempts,
+                )
+            case Delete():
+                self._wait_for_keeper(action)
+                self._delete(host, domain, attempts)
+            case Replace():
+                self._replace(action, host, attempts)
+            case Cleanup():
+                self._cleanup(action, host, attempts)
+            case _:  # not reached: run() keeps only mutating actions
+                raise ActionFailed(f"the executor does not carry out {action.kind} actions")
 
-    def _create(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
-        proxy, host_cfg, image, machine = self._resolve(action)
+    def _create(self, action: Create | Replace, host: Hypervisor, attempts: Attempts) -> None:
+        vm, domain = action.vm, action.domain or ""
+        image = vm.image
         fetched = self._once(
             ("fetch", image.key),
             lambda: self._call(
@@ -223,26 +223,27 @@ class Executor:
         )
         spec = VmSpec(
             domain=domain,
-            proxy=proxy.name,
-            host=host_cfg,
+            proxy=vm.proxy,
+            host=vm.host,
             image=image,
-            machine_type=machine,
-            cloud_init=proxy.cloud_init,
-            install_guest_agent=proxy.install_guest_agent,
+            machine_type=vm.machine_type,
+            cloud_init=vm.cloud_init,
+            install_guest_agent=vm.install_guest_agent,
             owner=Owner(
-                fleet=self._repo.fleet.name,
-                proxy=proxy.name,
-                digest=_required(action.digest, "digest", action),
+                fleet=vm.fleet,
+                proxy=vm.proxy,
+                digest=action.digest or "",
                 image_key=image.key,
                 image_sha256=fetched.sha256,
                 revision=self._revision,
                 created=self._runtime.clock().isoformat(timespec="seconds"),
-                protect=proxy.lifecycle.protect,
+                protect=vm.protect,
             ),
         )
         self._call(f"create {domain} on {host.name}", lambda: host.create(spec), attempts)
 
-    def _cleanup(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
+    def _cleanup(self, action: Cleanup, host: Hypervisor, attempts: Attempts) -> None:
+        domain = action.domain or ""
         if not action.volumes:
             raise ActionFailed("the plan's cleanup action names no volumes")
         deleted = self._call(
@@ -258,15 +259,11 @@ class Executor:
             f" ({', '.join(gone)} already gone)" if gone else "",
         )
 
-    def _replace(self, action: Action, host: Hypervisor, domain: str, attempts: Attempts) -> None:
-        old = action.replaces
-        if old is None:
-            raise ActionFailed("replace names no VM to replace")
-        self._create(action, host, domain, attempts)
-        proxy = self._repo.proxy(_required(action.proxy, "proxy", action))
-        assert proxy is not None  # _create resolved it
+    def _replace(self, action: Replace, host: Hypervisor, attempts: Attempts) -> None:
+        old, domain = action.replaces, action.domain or ""
+        self._create(action, host, attempts)
         timeout = self._settings.replace_timeout
-        checked, why = self._await_healthy(host, domain, proxy)
+        checked, why = self._await_healthy(host, domain, action.vm.health)
         if why:
             raise ActionFailed(
                 f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
@@ -275,7 +272,9 @@ class Executor:
         log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
         self._delete(self._host(old.host), old.domain, attempts)
 
-    def _await_healthy(self, host: Hypervisor, domain: str, proxy: Proxy) -> tuple[VmHealth, str]:
+    def _await_healthy(
+        self, host: Hypervisor, domain: str, health: HealthSpec
+    ) -> tuple[VmHealth, str]:
         """Wait up to replace_timeout for ``domain`` to pass its health check.
 
         Returns the check and "" when healthy, else the check and why not.
@@ -283,7 +282,7 @@ class Executor:
         checked = check_vm(
             host,
             domain,
-            proxy.health,
+            health,
             self._prober,
             wait=self._settings.replace_timeout,
             settings=self._settings,
@@ -296,24 +295,22 @@ class Executor:
             why = f"shutdown requested while waiting ({why})"
         return checked, why
 
-    def _wait_for_keeper(self, action: Action, domain: str) -> None:
+    def _wait_for_keeper(self, action: Delete) -> None:
         """For a delete of a VM whose proxy keeps another VM: that VM must be healthy first."""
-        keeper = self._keepers.get(action.proxy or "")
-        proxy = self._repo.proxy(action.proxy or "")
-        if keeper is None or proxy is None or keeper == (action.host, domain):
+        keeper, domain = action.keeper, action.domain
+        if keeper is None or (keeper.host, keeper.domain) == (action.host, domain):
             return
-        keeper_host, keeper_domain = keeper
         timeout = self._settings.replace_timeout
-        checked, why = self._await_healthy(self._host(keeper_host), keeper_domain, proxy)
+        checked, why = self._await_healthy(self._host(keeper.host), keeper.domain, keeper.health)
         if why:
             raise ActionFailed(
-                f"{keeper_domain} on {keeper_host}, which stays for {proxy.name}, did not "
+                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, did not "
                 f"become healthy within {timeout:.0f} s: {why}; {domain} kept"
             )
         log.info(
             "VM %s on %s is healthy at %s; deleting %s.",
-            keeper_domain,
-            keeper_host,
+            keeper.domain,
+            keeper.host,
             checked.ip,
             domain,
         )
@@ -352,37 +349,11 @@ class Executor:
             raise ActionFailed(f"no connection to host {name!r}")
         return host
 
-    def _resolve(self, action: Action) -> tuple[Proxy, Host, Image, MachineType]:
-        """What the VM of ``action`` is made of, from the repo the plan came from."""
-        fleet = self._repo.fleet
-        name = _required(action.proxy, "proxy", action)
-        proxy = self._repo.proxy(name)
-        if proxy is None:
-            raise ActionFailed(f"proxy {name} is not in the repo")
-        host = fleet.host(_required(action.host, "host", action))
-        if host is None:
-            raise ActionFailed(f"host {action.host} is not in fleet.yaml")
-        image = resolve_image(fleet, proxy.placement.image)
-        if image is None:
-            raise ActionFailed(f"image {proxy.placement.image!r} is not in fleet.yaml")
-        machine = fleet.machine_type(proxy.placement.machine_type)
-        if machine is None:
-            raise ActionFailed(
-                f"machine type {proxy.placement.machine_type!r} is not in fleet.yaml"
-            )
-        return proxy, host, image, machine
-
-
-def _required(value: str | None, what: str, action: Action) -> str:
-    if not value:
-        raise ActionFailed(f"the plan's {action.kind} action has no {what}")
-    return value
-
 
 def _describe(action: Action) -> str:
     target = f"{action.domain} on {action.host}"
-    if action.kind is ActionKind.REPLACE and action.replaces is not None:
+    if isinstance(action, Replace):
         return f"Replace of {action.replaces.domain} by {target}"
-    if action.kind is ActionKind.CLEANUP:
+    if isinstance(action, Cleanup):
         return f"Cleanup of {', '.join(action.volumes)} on {action.host}"
     return f"{action.kind.value.capitalize()} of {target}"

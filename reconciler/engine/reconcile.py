@@ -121,7 +121,6 @@ class Engine:
     def finish(self, prepared: Prepared) -> RunReport:
         """Apply the plan, check every proxy and build the report."""
         executor = Executor(
-            prepared.repo,
             prepared.hosts,
             images=self.images,
             prober=self.prober,

@@ -1,11 +1,24 @@
-"""A plan: what the planner decided, one Action per proxy, VM or safety stop."""
+"""A plan: what the planner decided, one typed action per proxy, VM or safety stop.
+
+Each kind of action is its own frozen type and carries what the planner
+resolved for it, so that the executor carries it out without looking anything
+up again: a ``Create`` or ``Replace`` holds the whole ``NewVm`` (host, image,
+machine type, cloud-init), a ``Delete`` the VM that must be healthy before it
+goes, a ``Relabel`` the ownership record to write, a ``Cleanup`` the volumes.
+
+Every action shares the header of ``Action``: ``reason``, and where it speaks
+about one VM, ``proxy``, ``host``, ``domain`` and ``digest``. ``kind`` is a
+class constant, so ``plan --json`` and the status keep their shape.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import ClassVar
 
+from reconciler.model.fleet import CloudInit, Health, Host, Image, MachineType
 from reconciler.model.inventory import Owner
 
 
@@ -41,28 +54,134 @@ class DomainRef:
     domain: str
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One decision.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewVm:
+    """Everything a new VM is made of, as the planner resolved it from the repo.
 
-    ``blocks`` is set on a BLOCKED action: the action a safety rule stopped.
-    ``replaces`` is set on a REPLACE: the old VM, deleted only after the new
-    one (``host``/``domain``) runs. ``owner`` is set on a RELABEL: the
-    ownership record to write into the VM (the one it carries, with only
-    ``protect`` changed). ``volumes`` is set on a CLEANUP: the pool volumes of
-    ``domain`` (a domain that does not exist) to remove, and nothing else.
+    The executor adds only what the run learns (the image's verified sha256,
+    the revision, the creation time) when it builds the host's ``VmSpec``.
     """
 
-    kind: ActionKind
+    fleet: str
+    proxy: str
+    host: Host
+    image: Image
+    machine_type: MachineType
+    cloud_init: CloudInit
+    install_guest_agent: bool
+    protect: bool
+    health: Health
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Keeper:
+    """The VM a proxy keeps: a delete of another VM of that proxy waits for its health."""
+
+    host: str
+    domain: str
+    health: Health
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """The header every action shares. Never built itself: one of the kinds below is."""
+
+    kind: ClassVar[ActionKind]
     reason: str
     proxy: str | None = None
     host: str | None = None
     domain: str | None = None
     digest: str | None = None
-    blocks: ActionKind | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Keep(Action):
+    """An owned VM stays as it is (``reason`` says why when it is not simply up to date)."""
+
+    kind: ClassVar[ActionKind] = ActionKind.KEEP
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start(Action):
+    """Start an owned VM that is shut off (drift: correct)."""
+
+    kind: ClassVar[ActionKind] = ActionKind.START
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Relabel(Action):
+    """Write ``owner`` (the VM's own record with only ``protect`` changed) into the VM."""
+
+    kind: ClassVar[ActionKind] = ActionKind.RELABEL
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Create(Action):
+    """Make ``vm`` as ``domain`` on ``host``."""
+
+    kind: ClassVar[ActionKind] = ActionKind.CREATE
+    vm: NewVm
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replace(Action):
+    """Make ``vm``, and delete ``replaces`` only once the new VM is healthy."""
+
+    kind: ClassVar[ActionKind] = ActionKind.REPLACE
+    vm: NewVm
+    replaces: DomainRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete(Action):
+    """Delete an owned VM; with ``keeper``, only once that VM of the proxy is healthy."""
+
+    kind: ClassVar[ActionKind] = ActionKind.DELETE
+    keeper: Keeper | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cleanup(Action):
+    """Remove ``volumes`` of ``domain``, a domain that does not exist, and nothing else."""
+
+    kind: ClassVar[ActionKind] = ActionKind.CLEANUP
+    volumes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blocked(Action):
+    """A mutating action (``blocks``) that a safety rule stopped; ``reason`` names the rule.
+
+    ``replaces`` is the VM a blocked replace would have replaced (it still serves);
+    ``owner`` the record a blocked relabel would have written; ``volumes`` those
+    a blocked cleanup would have removed.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.BLOCKED
+    blocks: ActionKind
     replaces: DomainRef | None = None
     owner: Owner | None = None
     volumes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abandon(Action):
+    """An owned VM on a host that left fleet.yaml: reported, never touched."""
+
+    kind: ClassVar[ActionKind] = ActionKind.ABANDON
+
+
+def replaced(action: Action) -> DomainRef | None:
+    """The old VM of a replace, planned or blocked; None for every other action."""
+    if isinstance(action, Replace | Blocked):
+        return action.replaces
+    return None
+
+
+def blocked_kind(action: Action) -> ActionKind | None:
+    """The kind a blocked action stopped; None for an action that is not blocked."""
+    return action.blocks if isinstance(action, Blocked) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +199,6 @@ class Plan:
 
     def of_kind(self, kind: ActionKind) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.kind == kind)
+
+    def blocked(self) -> tuple[Blocked, ...]:
+        return tuple(a for a in self.actions if isinstance(a, Blocked))
