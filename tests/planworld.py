@@ -26,6 +26,16 @@ their input through here, so a case reads like the situation it describes
         - {volumesOf: web-9, digest: old}         # pool volumes: web-9's overlay and seed
         - {volume: base-debian.qcow2}             # one pool volume, by name
       kvm02: unreachable
+    history:                      # what earlier runs saw (day-2 rules), all optional
+      vms:                        # by domain name on any host, or by proxy (its VM)
+        web-1: {failingFor: 1000, healthyOnce: true, restarts: 2}
+      halt: {proxy: web-2, domain: pf-home-web-2-12345678, reason: "not healthy"}
+
+A domain may carry ``reason`` (libvirt's state reason: crashed, failed,
+panicked), ``vcpus`` and ``memory`` (MiB, as the running domain has them now).
+A proxy may carry ``restartedAt`` (the proxyfleet.io/restartedAt annotation).
+The fleet's policy may carry ``rollout: {maxSurge: 1, maxUnavailable: "25%"}``.
+History times count back from a fixed ``NOW``; ``restarts`` were all 60 s ago.
 
 An owned domain's name defaults to ``pf-<fleet>-<proxy>-<digest[:8]>``; a
 digest label is ``current``, ``as-on:<host>`` (what it would be on another
@@ -45,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reconciler.core.digest import proxy_digest
@@ -70,7 +81,9 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
-from reconciler.model.plan import Cleanup, Relabel, Replace
+from reconciler.model.fleet import RESTARTED_AT, Amount, Rollout
+from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.plan import Cleanup, DomainRef, Relabel, Replace
 from reconciler.model.vm import vm_volumes
 
 IMAGES = (
@@ -98,6 +111,7 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
             allow_empty=policy.get("allowEmpty", False),
             drift=DriftMode(policy.get("drift", "correct")),
             suspend=policy.get("suspend", False),
+            rollout=_rollout(policy.get("rollout", {})),
         ),
     )
     return Repo(fleet=built, proxies=tuple(sorted((_proxy(p) for p in proxies), key=_name)))
@@ -105,6 +119,56 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
 
 def _name(p: Proxy) -> str:
     return p.name
+
+
+def _amount(raw: int | str) -> Amount:
+    if isinstance(raw, str) and raw.endswith("%"):
+        return Amount(int(raw[:-1]), percent=True)
+    return Amount(int(raw))
+
+
+def _rollout(raw: Mapping[str, Any]) -> Rollout:
+    defaults = Rollout()
+    return Rollout(
+        max_unavailable=_amount(raw["maxUnavailable"])
+        if "maxUnavailable" in raw
+        else defaults.max_unavailable,
+        max_surge=_amount(raw["maxSurge"]) if "maxSurge" in raw else defaults.max_surge,
+    )
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def build_history(inventory: Inventory, raw: Mapping[str, Any] | None) -> History:
+    """The ``history`` of a case: records by domain name, or by proxy for its owned VMs."""
+    raw = raw or {}
+    records = []
+    for key, entry in (raw.get("vms") or {}).items():
+        failing = entry.get("failingFor")
+        record = VmRecord(
+            failing_since=NOW - timedelta(seconds=failing) if failing is not None else None,
+            healthy_once=entry.get("healthyOnce", True),
+            restarts=(NOW - timedelta(seconds=60),) * entry.get("restarts", 0),
+        )
+        for host in inventory.hosts:
+            for d in host.domains:
+                if d.name == key or (d.owner is not None and d.owner.proxy == key):
+                    records.append((DomainRef(host.name, d.name), record))
+    halt = raw.get("halt")
+    return History(
+        now=NOW,
+        vms=tuple(records),
+        halt=Halt(
+            revision="r1",
+            proxy=halt["proxy"],
+            domain=halt.get("domain", ""),
+            reason=halt.get("reason", "not healthy"),
+            since=NOW,
+        )
+        if halt
+        else None,
+    )
 
 
 def _host(raw: Mapping[str, Any]) -> Host:
@@ -130,6 +194,7 @@ def _proxy(raw: Mapping[str, Any]) -> Proxy:
         cloud_init=CloudInit(user_data=raw.get("userData", "#cloud-config\n")),
         install_guest_agent=raw.get("installGuestAgent", True),
         lifecycle=Lifecycle(protect=raw.get("protect", False)),
+        annotations=((RESTARTED_AT, raw["restartedAt"]),) if "restartedAt" in raw else (),
     )
 
 
@@ -185,7 +250,14 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
     protect = raw.get("protect", recorded)
     owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=protect)
     name = raw.get("name", domain_name(fleet, raw["proxy"], digest))
-    return Domain(name=name, state=state, owner=owner)
+    return Domain(
+        name=name,
+        state=state,
+        owner=owner,
+        reason=raw.get("reason", ""),
+        vcpus=raw.get("vcpus"),
+        memory_mib=raw.get("memory"),
+    )
 
 
 def _digest(repo: Repo, proxy: str, host: str, label: str) -> str:

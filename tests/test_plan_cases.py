@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from planworld import apply_plan, build_inventory, build_repo, desired_digest
+from planworld import apply_plan, build_history, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
 from reconciler.core.naming import domain_name, resolve_image, volume_domain
 from reconciler.core.planner import plan
 from reconciler.model import Action, ActionKind, Inventory, Owner, Plan, Repo
+from reconciler.model.history import History
 from reconciler.model.plan import (
     Blocked,
     Cleanup,
@@ -69,7 +70,10 @@ def test_plan_case(path: Path) -> None:
     case = _load(path)
     repo = build_repo(case.get("fleet"), case.get("proxies") or [])
     inventory = build_inventory(repo, case.get("inventory"))
-    result = _step(repo, inventory, case.get("expect") or [])
+    history = build_history(inventory, case.get("history"))
+    result = _step(repo, inventory, case.get("expect") or [], history)
+    if "suspectZones" in case:
+        assert list(result.suspect_zones) == case["suspectZones"]
     then = case.get("then")
     if then is not None:
         after = apply_plan(repo, inventory, result)
@@ -77,9 +81,14 @@ def test_plan_case(path: Path) -> None:
         _step(repo, after, then.get("expect") or [])
 
 
-def _step(repo: Repo, inventory: Inventory, expected: list[dict[str, Any]]) -> Plan:
-    result = plan(repo, inventory)
-    _assert_invariants(repo, inventory, result)
+def _step(
+    repo: Repo,
+    inventory: Inventory,
+    expected: list[dict[str, Any]],
+    history: History | None = None,
+) -> Plan:
+    result = plan(repo, inventory, history)
+    _assert_invariants(repo, inventory, result, history)
     got = [_render(a) for a in result.actions]
     assert len(result.actions) == len(expected), "\n".join(got)
     for action, want in zip(result.actions, expected, strict=True):
@@ -106,6 +115,7 @@ def _matches(action: Action, want: dict[str, Any]) -> bool:
         want.get("reason", "") in action.reason,
         "domain" not in want or action.domain == want["domain"],
         "protect" not in want or (owner is not None and owner.protect == want["protect"]),
+        "batch" not in want or (isinstance(action, Replace) and action.batch == want["batch"]),
     ]
     replaces = want.get("replaces")
     if replaces is None:
@@ -128,12 +138,18 @@ def _assert_resolved(repo: Repo, a: Create | Replace) -> None:
     assert a.vm.protect == proxy.lifecycle.protect
 
 
+def old_name(action: Replace) -> str:
+    return action.replaces.domain
+
+
 def _owner(action: Action) -> Owner | None:
     """The ownership record a relabel (or a blocked one) writes."""
     return action.owner if isinstance(action, Relabel | Blocked) else None
 
 
-def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
+def _assert_invariants(
+    repo: Repo, inventory: Inventory, result: Plan, history: History | None = None
+) -> None:
     reachable = {h.name for h in inventory.hosts if h.reachable}
     for a in result.actions:
         assert a.reason, f"{a} has no reason"
@@ -148,20 +164,24 @@ def _assert_invariants(repo: Repo, inventory: Inventory, result: Plan) -> None:
         if new_vm or (stopped in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
             assert a.proxy is not None and a.host is not None and a.digest is not None
             assert a.digest == desired_digest(repo, a.proxy, a.host)
-            assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
+            if isinstance(a, Replace) and a.heal:  # same spec: a generation of the name
+                names = {domain_name(repo.fleet.name, a.proxy, a.digest, g) for g in range(1, 9)}
+                assert a.domain in names and a.domain != old_name(a), a
+            else:
+                assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
         if ActionKind.CLEANUP in (a.kind, stopped):
             _assert_safe_cleanup(repo, inventory, result, a)
     for a in result.actions:
         if isinstance(a, Blocked) and a.blocks is not ActionKind.CLEANUP:
             assert not a.volumes, f"{a} carries volumes"
     # Deterministic, whatever order the inventory lists hosts and domains in.
-    assert plan(repo, inventory) == result
+    assert plan(repo, inventory, history) == result
     shuffle = random.Random(7)
     shuffled = [
         dataclasses.replace(h, domains=tuple(shuffle.sample(h.domains, len(h.domains))))
         for h in reversed(inventory.hosts)
     ]
-    assert plan(repo, Inventory(hosts=tuple(shuffled))) == result
+    assert plan(repo, Inventory(hosts=tuple(shuffled)), history) == result
 
 
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:

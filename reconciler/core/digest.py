@@ -10,7 +10,9 @@ covers (docs/planning.md keeps the operator's copy of this list):
   (not its key);
 - ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as written;
 - ``installGuestAgent``;
-- the network of the host the VM runs on (``bridge``/``network`` and its name).
+- the network of the host the VM runs on (``bridge``/``network`` and its name);
+- the ``proxyfleet.io/restartedAt`` annotation, only when it is set (so that the
+  digests of proxies without it never changed): changing it rolls the proxy.
 
 The network is a property of the *host*, so the digest is computed per
 (proxy, host): for an existing VM against the host it runs on, for a new VM
@@ -46,9 +48,10 @@ def spec_digest(
     cloud_init: CloudInit,
     install_guest_agent: bool,
     network: HostNetwork,
+    restarted_at: str = "",
 ) -> str:
     """The sha256 hex digest of the fields listed in the module docstring."""
-    document = {
+    document: dict[str, object] = {
         "v": VERSION,
         "image": {
             "url": image.url,
@@ -69,6 +72,8 @@ def spec_digest(
         "installGuestAgent": install_guest_agent,
         "network": {"kind": network.kind, "name": network.name},
     }
+    if restarted_at:
+        document["restartedAt"] = restarted_at
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
@@ -92,4 +97,5 @@ def proxy_digest(
         cloud_init=proxy.cloud_init,
         install_guest_agent=proxy.install_guest_agent,
         network=host.network,
+        restarted_at=proxy.restarted_at,
     )

@@ -22,9 +22,17 @@ DIGEST_CHARS = 8
 URL_IMAGE_PREFIX = "url-"
 
 
-def domain_name(fleet: str, proxy: str, digest: str) -> str:
-    """``pf-<fleet>-<proxy>-<digest[:8]>``: the libvirt domain of one proxy VM."""
-    return f"pf-{fleet}-{proxy}-{digest[:DIGEST_CHARS]}"
+def domain_name(fleet: str, proxy: str, digest: str, generation: int = 0) -> str:
+    """``pf-<fleet>-<proxy>-<digest[:8]>``: the libvirt domain of one proxy VM.
+
+    A VM replaced by self-healing keeps its spec, so its digest: its
+    replacement (``generation`` 1, 2, ...) takes 8 other hex digits, those of
+    sha256("<digest>:<generation>"), so that both can exist at once.
+    """
+    if generation == 0:
+        return f"pf-{fleet}-{proxy}-{digest[:DIGEST_CHARS]}"
+    token = hashlib.sha256(f"{digest}:{generation}".encode()).hexdigest()
+    return f"pf-{fleet}-{proxy}-{token[:DIGEST_CHARS]}"
 
 
 _PROXY_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"

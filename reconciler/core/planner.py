@@ -9,6 +9,10 @@ Volumes named exactly as this fleet's VMs (``<domain>.qcow2``,
 ``<domain>-seed.iso``) that no domain on their host uses and that no proxy of
 the repo would use there get a cleanup: a create killed before its define
 leaves them behind.
+The day-2 rules (``core.healing``: crashed VMs, hand edits, failing probes)
+need what earlier runs saw and the time: ``history``. Every replace, whatever
+caused it, is paced into batches per zone or held while a rollout is halted
+(``core.rollout``).
 The policy is ``repo.fleet.policy``. docs/planning.md is the operator's
 description of every rule and reason text; the tests in tests/plan_cases/ hold
 one case per rule.
@@ -29,14 +33,17 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from reconciler.core.digest import proxy_digest
+from reconciler.core.healing import Cure, judge, suspect_zones
 from reconciler.core.naming import (
     MAX_DOMAIN_NAME,
     domain_name,
     resolve_image,
     volume_domain,
 )
+from reconciler.core.rollout import pace
 from reconciler.model import (
     ActionKind,
+    Domain,
     DomainRef,
     DomainState,
     DriftMode,
@@ -49,6 +56,7 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
+from reconciler.model.history import History
 from reconciler.model.plan import (
     MUTATING,
     Abandon,
@@ -88,9 +96,10 @@ class _Made:
     machine_type: MachineType
 
 
-def plan(repo: Repo, inventory: Inventory) -> Plan:
-    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``."""
-    return _Planner(repo, inventory).run()
+def plan(repo: Repo, inventory: Inventory, history: History | None = None) -> Plan:
+    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier
+    runs saw (``history``; none: the day-2 rules that need the past do not fire)."""
+    return _Planner(repo, inventory, history or History()).run()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,7 @@ class _Vm:
     name: str
     state: DomainState
     owner: Owner
+    observed: Domain
 
     @property
     def digest(self) -> str:
@@ -153,16 +163,12 @@ def _block(action: Action, reason: str) -> Blocked:
     )
 
 
-def _preference(vm: _Vm) -> tuple[bool, str, str]:
-    """Which of several VMs of one proxy is kept: a running one first, then by name, host."""
-    return (vm.state is not DomainState.RUNNING, vm.name, vm.host)
-
-
 class _Planner:
     """One planning pass. Its state (host load) lives only as long as ``plan`` runs."""
 
-    def __init__(self, repo: Repo, inventory: Inventory) -> None:
+    def __init__(self, repo: Repo, inventory: Inventory, history: History) -> None:
         self.repo = repo
+        self.history = history
         self.fleet = repo.fleet
         self.policy = repo.fleet.policy
         self.hosts: dict[str, Host] = {h.name: h for h in self.fleet.hosts}
@@ -180,7 +186,9 @@ class _Planner:
         self.abandoned: list[Action] = []
         self.volumes: dict[str, tuple[str, ...]] = {}  # reachable host in fleet.yaml -> volumes
         self.fleets: dict[str, set[str]] = defaultdict(set)  # host -> other fleets' ids seen
+        self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self._observe(inventory)
+        self.suspect = suspect_zones(self._kept_running(), history)
 
     def _observe(self, inventory: Inventory) -> None:
         for host in sorted(inventory.hosts, key=lambda h: h.name):
@@ -190,7 +198,7 @@ class _Planner:
                 owner = domain.owner
                 vm = None
                 if owner is not None and owner.fleet == self.fleet.name:
-                    vm = _Vm(owner.proxy, host.name, domain.name, domain.state, owner)
+                    vm = _Vm(owner.proxy, host.name, domain.name, domain.state, owner, domain)
                 if host.name not in self.hosts:
                     if vm is not None:
                         reason = f"host {host.name} is no longer in fleet.yaml; left alone"
@@ -206,6 +214,27 @@ class _Planner:
             if host.name in self.hosts:
                 self.volumes[host.name] = host.volumes
 
+    def _preference(self, vm: _Vm) -> tuple[bool, bool, str, str]:
+        """Which of several VMs of one proxy is kept: a running one first, then one whose
+        probe is not failing, then by name, host."""
+        failing = self.history.record(vm.host, vm.name).failing_since is not None
+        return (vm.state is not DomainState.RUNNING, failing, vm.name, vm.host)
+
+    def _kept_running(self) -> dict[str, list[tuple[str, str] | None]]:
+        """Zone -> each proxy's kept VM as (host, domain) when it runs, else None."""
+        zones: dict[str, list[tuple[str, str] | None]] = defaultdict(list)
+        for proxy in self.repo.proxies:
+            made = self._made(proxy)
+            vms = [
+                vm
+                for vm in self.owned.get(proxy.name, [])
+                if made is not None and vm.digest == self._digest(proxy, made, vm.host)
+            ]
+            running = [vm for vm in vms if vm.state is DomainState.RUNNING]
+            kept = min(running, key=self._preference) if running else None
+            zones[proxy.placement.zone].append((kept.host, kept.name) if kept else None)
+        return zones
+
     def run(self) -> Plan:
         proposed: list[Action] = []
         for proxy in sorted(self.repo.proxies, key=lambda p: p.name):
@@ -214,11 +243,20 @@ class _Planner:
         orphans = [vm for name, vms in self.owned.items() if name not in desired for vm in vms]
         for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
             proposed.append(self._orphan(vm))
-        actions = self._record_protect(self._gate_deletes(proposed))
+        halt = self.history.halt
+        paced = pace(
+            proposed,
+            rollout=self.policy.rollout,
+            zone_of={p.name: p.placement.zone for p in self.repo.proxies},
+            zone_sizes=Counter(p.placement.zone for p in self.repo.proxies),
+            in_flight=self.in_flight,
+            halted=f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}" if halt else "",
+        )
+        actions = self._record_protect(self._gate_deletes(paced))
         actions.extend(self._cleanups(actions))
         if self.policy.suspend:
             actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
-        return Plan(actions=(*actions, *self.abandoned))
+        return Plan(actions=(*actions, *self.abandoned), suspect_zones=tuple(self.suspect))
 
     # -- one proxy ---------------------------------------------------------------------------
 
@@ -232,7 +270,7 @@ class _Planner:
         current = [vm for vm in vms if vm.digest == digests[vm.host]]
         stale = [vm for vm in vms if vm.digest != digests[vm.host]]
         if current:
-            return self._settle(proxy, current, stale)
+            return self._settle(proxy, made, current, stale)
         if stale:
             return self._replace(proxy, made, stale)
         return [self._create(proxy, made)]
@@ -249,16 +287,24 @@ class _Planner:
             proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
         )
 
-    def _settle(self, proxy: Proxy, current: list[_Vm], stale: list[_Vm]) -> list[Action]:
+    def _settle(
+        self, proxy: Proxy, made: _Made, current: list[_Vm], stale: list[_Vm]
+    ) -> list[Action]:
         """The proxy has a VM with the current digest: keep it, delete the rest safely."""
-        keeper, *duplicates = sorted(current, key=_preference)
+        keeper, *duplicates = sorted(current, key=self._preference)
         kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
-        actions: list[Action] = [self._keep(proxy, keeper)]
+        actions: list[Action] = [self._keep(proxy, made, keeper)]
+        failing = self.history.record(keeper.host, keeper.name).failing_since is not None
+        if stale:
+            self.in_flight[proxy.placement.zone] += 1
         for vm in sorted(duplicates, key=lambda v: (v.name, v.host)):
             why = f"duplicate of {keeper.name} on {keeper.host}"
-            actions.append(self._delete(proxy, vm, why, keeper=kept))
+            actions.append(self._second_step(proxy, vm, why, keeper=kept, failing=failing))
         for vm in sorted(stale, key=lambda v: (v.name, v.host)):
-            if keeper.state is DomainState.RUNNING or proxy.lifecycle.protect:
+            if keeper.state is DomainState.RUNNING and failing and not proxy.lifecycle.protect:
+                why = f"waiting for {keeper.name} on {keeper.host} to pass its health check"
+                actions.append(_block(vm.action(Delete, ""), why))
+            elif keeper.state is DomainState.RUNNING or proxy.lifecycle.protect:
                 why = f"replaced by {keeper.name} on {keeper.host}, which is running"
                 actions.append(self._delete(proxy, vm, why, keeper=kept))
             else:
@@ -266,7 +312,37 @@ class _Planner:
                 actions.append(_block(vm.action(Delete, ""), why))
         return actions
 
-    def _keep(self, proxy: Proxy, vm: _Vm) -> Action:
+    def _second_step(
+        self, proxy: Proxy, vm: _Vm, why: str, *, keeper: Keeper, failing: bool
+    ) -> Action:
+        """The delete of a VM the proxy no longer needs; held while the kept VM's probe
+        fails, instead of the executor waiting for a health check that last failed."""
+        if failing and not proxy.lifecycle.protect:
+            held = f"{why}; waiting for {keeper.domain} to pass its health check"
+            return _block(vm.action(Delete, ""), held)
+        return self._delete(proxy, vm, why, keeper=keeper)
+
+    def _keep(self, proxy: Proxy, made: _Made, vm: _Vm) -> Action:
+        verdict = judge(
+            vm.observed,
+            host=vm.host,
+            proxy=proxy,
+            machine_type=made.machine_type,
+            drift=self.policy.drift,
+            history=self.history,
+            suspect=self.suspect.get(proxy.placement.zone, ""),
+        )
+        if verdict is not None:
+            if verdict.cure is Cure.START:
+                return vm.action(Start, verdict.reason)
+            if verdict.cure is Cure.REPLACE:
+                return self._new_vm(proxy, made, prefer=vm.host, replaces=vm, heal=verdict.reason)
+            if verdict.cure is Cure.HOLD:
+                return _block(
+                    Blocked(reason="", proxy=proxy.name, blocks=REPLACE, replaces=vm.ref),
+                    verdict.reason,
+                )
+            return vm.action(Keep, verdict.reason)
         state = vm.state
         if state is DomainState.RUNNING:
             return vm.action(Keep, UP_TO_DATE)
@@ -295,7 +371,7 @@ class _Planner:
 
     def _replace(self, proxy: Proxy, made: _Made, stale: list[_Vm]) -> list[Action]:
         """No VM has the current digest: one new VM first; the old ones go once it runs."""
-        old, *others = sorted(stale, key=_preference)
+        old, *others = sorted(stale, key=self._preference)
         new = self._new_vm(proxy, made, prefer=old.host, replaces=old)
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
@@ -305,9 +381,19 @@ class _Planner:
         return self._new_vm(proxy, made, prefer=None, replaces=None)
 
     def _new_vm(
-        self, proxy: Proxy, made: _Made, *, prefer: str | None, replaces: _Vm | None
+        self,
+        proxy: Proxy,
+        made: _Made,
+        *,
+        prefer: str | None,
+        replaces: _Vm | None,
+        heal: str = "",
     ) -> Action:
-        """A CREATE (or, with ``replaces``, a REPLACE) placed and named, or why it cannot be."""
+        """A CREATE (or, with ``replaces``, a REPLACE) placed and named, or why it cannot be.
+
+        ``heal`` is why a VM whose spec did not change is replaced: its successor
+        takes the first generation of the name that is free on every candidate host.
+        """
         kind = CREATE if replaces is None else REPLACE
         old = replaces.ref if replaces is not None else None
 
@@ -330,7 +416,8 @@ class _Planner:
         if unknown is not None:
             what = "its VM" if replaces is None else "a replacement"
             return stop(f"host {unknown} is unreachable; {what} may already run there")
-        clash = self._name_clash(proxy, made)
+        generation = self._free_generation(proxy, made) if heal else 0
+        clash = self._name_clash(proxy, made, generation)
         if clash is not None:
             host, name, digest, holder = clash
             return stop(
@@ -344,7 +431,7 @@ class _Planner:
             return stop(why)
         host = placed
         digest = self._digest(proxy, made, host)
-        name = domain_name(self.fleet.name, proxy.name, digest)
+        name = domain_name(self.fleet.name, proxy.name, digest, generation)
         if len(name) > MAX_DOMAIN_NAME:
             too_long = f"domain name is longer than {MAX_DOMAIN_NAME} characters"
             return stop(too_long, host=host, domain=name, digest=digest)
@@ -355,8 +442,9 @@ class _Planner:
             return Create(
                 reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
             )
+        why_new = heal or f"spec changed ({replaces.digest[:8]} -> {digest[:8]})"
         reason = (
-            f"spec changed ({replaces.digest[:8]} -> {digest[:8]}): {reason}; "
+            f"{why_new}: {reason}; "
             f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
         )
         return Replace(
@@ -367,6 +455,7 @@ class _Planner:
             digest=digest,
             vm=vm,
             replaces=replaces.ref,
+            heal=bool(heal),
         )
 
     def _new(self, proxy: Proxy, made: _Made, host: str) -> NewVm:
@@ -389,7 +478,20 @@ class _Planner:
             where.add(proxy.placement.host)
         return next((h for h in sorted(where) if h not in self.reachable), None)
 
-    def _name_clash(self, proxy: Proxy, made: _Made) -> tuple[str, str, str, str] | None:
+    def _free_generation(self, proxy: Proxy, made: _Made) -> int:
+        """The first generation >= 1 whose name is free on every host ``proxy`` may go to."""
+        generation = 1
+        while any(
+            domain_name(self.fleet.name, proxy.name, self._digest(proxy, made, h), generation)
+            in self.taken[h]
+            for h in self._targets(proxy)
+        ):
+            generation += 1
+        return generation
+
+    def _name_clash(
+        self, proxy: Proxy, made: _Made, generation: int = 0
+    ) -> tuple[str, str, str, str] | None:
         """(host, name, digest, holder) when the name the new VM would get on any host it
         may go to is taken there; None when it is free everywhere.
 
@@ -401,7 +503,7 @@ class _Planner:
             if host not in self.reachable:
                 continue
             digest = self._digest(proxy, made, host)
-            name = domain_name(self.fleet.name, proxy.name, digest)
+            name = domain_name(self.fleet.name, proxy.name, digest, generation)
             if name not in self.taken[host]:
                 continue
             holder = "a foreign domain" if self.taken[host][name] else "another VM of this fleet"

@@ -86,6 +86,43 @@ class Host:
 
 
 @dataclass(frozen=True, slots=True)
+class Amount:
+    """A count of proxies, or a percentage of a zone's proxies (``percent``)."""
+
+    value: int
+    percent: bool = False
+
+    def of(self, total: int, *, round_up: bool) -> int:
+        """The count this amount means in a zone of ``total`` proxies."""
+        if not self.percent:
+            return self.value
+        scaled = self.value * total
+        return -(-scaled // 100) if round_up else scaled // 100
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """``policy.rollout``: how many replaces of one zone run at once.
+
+    Replaces are always create-before-destroy, so a batch of a zone holds at
+    most ``max_surge`` + ``max_unavailable`` replaces (percentages of the
+    zone's proxies: surge rounded up, unavailable down; at least 1), and the
+    next batch starts only once that batch's new VMs are healthy.
+    """
+
+    max_unavailable: Amount = Amount(0)
+    max_surge: Amount = Amount(1)
+
+    def batch_size(self, zone_proxies: int) -> int:
+        surge = self.max_surge.of(zone_proxies, round_up=True)
+        unavailable = self.max_unavailable.of(zone_proxies, round_up=False)
+        return max(1, surge + unavailable)
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Safety switches. ``max_deletes_per_run`` counts deletes and replace-deletes."""
 
@@ -94,6 +131,7 @@ class Policy:
     allow_empty: bool = False
     drift: DriftMode = DriftMode.CORRECT
     suspend: bool = False
+    rollout: Rollout = Rollout()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +189,12 @@ class Health:
     probe_url: str = "http://connectivitycheck.gstatic.com/generate_204"
     expect_status: int = 204
     timeout_seconds: float = 10.0
+    replace_after_seconds: float = 900.0
+    """A running VM whose probe failed without a break this long is replaced; 0: never."""
+    max_restarts: int = 3
+    """Starts (drift: correct) within ``restart_window_seconds`` after which a VM that
+    went down again is replaced instead of started once more."""
+    restart_window_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +211,16 @@ class Proxy:
     health: Health = Health()
     lifecycle: Lifecycle = Lifecycle()
     labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location(""), compare=False)
+
+    @property
+    def restarted_at(self) -> str:
+        """``metadata.annotations["proxyfleet.io/restartedAt"]``: changing it rolls the proxy."""
+        return dict(self.annotations).get(RESTARTED_AT, "")
+
+
+RESTARTED_AT = "proxyfleet.io/restartedAt"
 
 
 @dataclass(frozen=True, slots=True)

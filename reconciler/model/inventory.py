@@ -41,11 +41,31 @@ class Owner:
 
 @dataclass(frozen=True, slots=True)
 class Domain:
-    """A libvirt domain. ``owner`` is None for a domain without our metadata."""
+    """A libvirt domain. ``owner`` is None for a domain without our metadata.
+
+    ``reason`` is libvirt's reason for the state where it tells a failure
+    (``crashed``, ``failed``, ``panicked``), else "". ``vcpus`` and
+    ``memory_mib`` are what the running domain has now (None when not read):
+    a VM edited by hand (``virsh setvcpus``, ``setmem``) differs from its
+    machine type.
+    """
 
     name: str
     state: DomainState
     owner: Owner | None = None
+    reason: str = ""
+    vcpus: int | None = None
+    memory_mib: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Down through a failure (crashed, killed, panicked), not shut down by someone."""
+        return self.state is DomainState.CRASHED or (
+            self.state is DomainState.SHUTOFF and self.reason in FAILURE_REASONS
+        )
+
+
+FAILURE_REASONS = frozenset({"crashed", "failed", "panicked"})
 
 
 @dataclass(frozen=True, slots=True)

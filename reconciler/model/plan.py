@@ -103,7 +103,7 @@ class Keep(Action):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Start(Action):
-    """Start an owned VM that is shut off (drift: correct)."""
+    """Start an owned VM that is shut off or crashed (drift: correct)."""
 
     kind: ClassVar[ActionKind] = ActionKind.START
 
@@ -126,11 +126,19 @@ class Create(Action):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Replace(Action):
-    """Make ``vm``, and delete ``replaces`` only once the new VM is healthy."""
+    """Make ``vm``, and delete ``replaces`` only once the new VM is healthy.
+
+    ``batch`` is the rollout batch of the proxy's zone (1 first): the executor
+    starts batch n+1 only once every replace of batch n is healthy, and none
+    once one of them was not. ``heal`` marks a replace of a VM with an
+    unchanged spec (self-healing, a hand edit): it gets a new name.
+    """
 
     kind: ClassVar[ActionKind] = ActionKind.REPLACE
     vm: NewVm
     replaces: DomainRef
+    batch: int = 1
+    heal: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +195,9 @@ def blocked_kind(action: Action) -> ActionKind | None:
 @dataclass(frozen=True, slots=True)
 class Plan:
     actions: tuple[Action, ...] = ()
+    suspect_zones: tuple[str, ...] = ()
+    """Zones where at least half the proxies fail their probe at once: the probe path is
+    suspect, so none of them is replaced for it."""
 
     def summary(self) -> dict[str, int]:
         counts = Counter(a.kind for a in self.actions)

@@ -1,0 +1,67 @@
+"""What earlier runs saw: the planner's third input, for the rules that need time.
+
+A crash loop, a probe that keeps failing and a halted rollout are facts about
+the past that the hosts do not keep. The engine records them after each run
+(``reconciler.adapters.historystore``, a JSON file in the state dir) and hands
+them back to the next plan together with the time of planning, so that the
+planner stays a pure function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from reconciler.model.plan import DomainRef
+
+
+@dataclass(frozen=True, slots=True)
+class VmRecord:
+    """One VM's recent past."""
+
+    failing_since: datetime | None = None
+    """When its probe started failing without a break (None: not failing now)."""
+    healthy_once: bool = False
+    """It passed a health check at least once: a VM that never did is still starting,
+    and only a rollout's health gate judges it."""
+    restarts: tuple[datetime, ...] = ()
+    """When proxyfleet started it again (drift: correct), oldest first."""
+
+    def restarts_since(self, since: datetime) -> int:
+        return sum(1 for when in self.restarts if when >= since)
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """A rollout stopped because a new VM did not become healthy in time."""
+
+    revision: str
+    proxy: str
+    domain: str
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """``now`` is when the plan is made; ``halt`` is given only for the revision planned."""
+
+    now: datetime | None = None
+    vms: tuple[tuple[DomainRef, VmRecord], ...] = ()
+    halt: Halt | None = None
+    _index: dict[DomainRef, VmRecord] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        self._index.update(self.vms)
+
+    def record(self, host: str, domain: str) -> VmRecord:
+        return self._index.get(DomainRef(host, domain), VmRecord())
+
+    def failing_for(self, host: str, domain: str) -> float | None:
+        """Seconds the VM's probe has failed without a break, once it was healthy; else None."""
+        record = self.record(host, domain)
+        if self.now is None or record.failing_since is None or not record.healthy_once:
+            return None
+        return max(0.0, (self.now - record.failing_since).total_seconds())
