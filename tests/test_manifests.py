@@ -235,12 +235,23 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
     ("fleet", "$defs.policy.allowEmpty"): lambda r: r.fleet.policy.allow_empty,
     ("fleet", "$defs.policy.drift"): lambda r: r.fleet.policy.drift,
     ("fleet", "$defs.policy.suspend"): lambda r: r.fleet.policy.suspend,
+    ("fleet", "$defs.policy.rollout.maxSurge"): lambda r: r.fleet.policy.rollout.max_surge.value,
+    ("fleet", "$defs.policy.rollout.maxUnavailable"): lambda r: (
+        r.fleet.policy.rollout.max_unavailable.value
+    ),
     ("proxy", "spec.cloudInit.userData"): lambda r: r.proxies[0].cloud_init.user_data,
     ("proxy", "spec.installGuestAgent"): lambda r: r.proxies[0].install_guest_agent,
     ("proxy", "spec.health.proxyPort"): lambda r: r.proxies[0].health.proxy_port,
     ("proxy", "spec.health.probeURL"): lambda r: r.proxies[0].health.probe_url,
     ("proxy", "spec.health.expectStatus"): lambda r: r.proxies[0].health.expect_status,
     ("proxy", "spec.health.timeoutSeconds"): lambda r: r.proxies[0].health.timeout_seconds,
+    ("proxy", "spec.health.replaceAfterSeconds"): lambda r: (
+        r.proxies[0].health.replace_after_seconds
+    ),
+    ("proxy", "spec.health.maxRestarts"): lambda r: r.proxies[0].health.max_restarts,
+    ("proxy", "spec.health.restartWindowSeconds"): lambda r: (
+        r.proxies[0].health.restart_window_seconds
+    ),
     ("proxy", "spec.lifecycle.protect"): lambda r: r.proxies[0].lifecycle.protect,
 }
 

@@ -23,6 +23,7 @@ from reconciler.core.schemacheck import SCHEMA_FILES, check, did_you_mean
 from reconciler.core.yamlload import Document, FieldPath, load_documents
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import (
+    Amount,
     CloudInit,
     DomainType,
     DriftMode,
@@ -40,6 +41,7 @@ from reconciler.model.fleet import (
     Policy,
     Proxy,
     Repo,
+    Rollout,
 )
 
 FLEET_FILE = crossref.FLEET_FILE
@@ -242,6 +244,25 @@ def _policy(value: dict[str, Any]) -> Policy:
         allow_empty=value.get("allowEmpty", defaults.allow_empty),
         drift=DriftMode(value.get("drift", defaults.drift.value)),
         suspend=value.get("suspend", defaults.suspend),
+        rollout=_rollout(value.get("rollout", {})),
+    )
+
+
+def _amount(value: int | str) -> Amount:
+    if isinstance(value, str):
+        return Amount(int(value.removesuffix("%")), percent=True)
+    return Amount(value)
+
+
+def _rollout(value: dict[str, Any]) -> Rollout:
+    defaults = Rollout()
+    surge = value.get("maxSurge")
+    unavailable = value.get("maxUnavailable")
+    return Rollout(
+        max_surge=_amount(surge) if surge is not None else defaults.max_surge,
+        max_unavailable=_amount(unavailable)
+        if unavailable is not None
+        else defaults.max_unavailable,
     )
 
 
@@ -253,6 +274,7 @@ def _proxy(document: Document) -> Proxy:
     health = spec.get("health", {})
     default_health = Health()
     labels = data["metadata"].get("labels", {})
+    annotations = data["metadata"].get("annotations", {})
     return Proxy(
         name=data["metadata"]["name"],
         placement=Placement(
@@ -272,8 +294,16 @@ def _proxy(document: Document) -> Proxy:
             probe_url=health.get("probeURL", default_health.probe_url),
             expect_status=health.get("expectStatus", default_health.expect_status),
             timeout_seconds=float(health.get("timeoutSeconds", default_health.timeout_seconds)),
+            replace_after_seconds=float(
+                health.get("replaceAfterSeconds", default_health.replace_after_seconds)
+            ),
+            max_restarts=health.get("maxRestarts", default_health.max_restarts),
+            restart_window_seconds=float(
+                health.get("restartWindowSeconds", default_health.restart_window_seconds)
+            ),
         ),
         lifecycle=Lifecycle(protect=spec.get("lifecycle", {}).get("protect", False)),
         labels=tuple(sorted(labels.items())),
+        annotations=tuple(sorted(annotations.items())),
         location=_location(document),
     )
