@@ -21,10 +21,13 @@ INVENTORY = Inventory(
                     name="pf-home-web-1-0123abcd",
                     state=DomainState.RUNNING,
                     owner=Owner(fleet="home", proxy="web-1", digest="0123abcd" * 8),
+                    vcpus=2,
+                    memory_mib=1024,
                 ),
                 Domain(
                     name="pf-home-vault-89abcdef",
                     state=DomainState.SHUTOFF,
+                    reason="crashed",
                     owner=Owner(
                         fleet="home",
                         proxy="vault",

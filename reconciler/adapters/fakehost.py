@@ -166,8 +166,9 @@ class FakeHypervisor:
         self._enter(call)
         with self._lock:
             existing = self._existing(domain, "virDomainLookupByName")
-            if existing.state is not DomainState.RUNNING:
-                self.domains[domain] = replace(existing, state=DomainState.RUNNING)
+            # As libvirt: shut off or crashed (destroyed first) starts; paused and running stay.
+            if existing.state in (DomainState.SHUTOFF, DomainState.CRASHED):
+                self.domains[domain] = replace(existing, state=DomainState.RUNNING, reason="")
                 self.mutations.append(call)
 
     def set_owner(self, domain: str, owner: Owner) -> None:

@@ -18,6 +18,7 @@ import ipaddress
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,19 @@ STATES = {
     libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
     libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
 }
+FAILURE_REASONS = {
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED): "crashed",
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_FAILED): "failed",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_PANICKED): "panicked",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_UNKNOWN): "crashed",
+}
+"""libvirt state reasons that say a domain went down through a failure (self-healing)."""
+OBSERVED_STATS = (
+    libvirt.VIR_DOMAIN_STATS_STATE
+    | libvirt.VIR_DOMAIN_STATS_VCPU
+    | libvirt.VIR_DOMAIN_STATS_BALLOON
+)
+"""One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
 UNDEFINE_FLAGS = (
     libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
     | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
@@ -113,15 +127,12 @@ class LibvirtHost:
         volumes = self._volume_names()
         stats = self._session.call(
             "virConnectGetAllDomainStats",
-            lambda c: c.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0),
+            lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
         )
-        listed = [
-            (dom, STATES.get(values.get("state.state", -1), DomainState.OTHER))
-            for dom, values in stats
-        ]
+        listed = [(dom, _observed(values)) for dom, values in stats]
         workers = min(OBSERVE_READS, len(listed))
         if workers <= 1:
-            found = [self._read_domain(dom, state) for dom, state in listed]
+            found = [self._read_domain(dom, seen) for dom, seen in listed]
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{self.name}") as pool:
                 found = list(pool.map(lambda item: self._read_domain(*item), listed))
@@ -141,8 +152,10 @@ class LibvirtHost:
         )
         return tuple(sorted(volume.name() for volume in listed))
 
-    def _read_domain(self, dom: Any, state: DomainState) -> Domain | None:
-        """The domain with its owner (None: foreign); None when it vanished meanwhile."""
+    def _read_domain(self, dom: Any, seen: Domain) -> Domain | None:
+        """The domain with its owner (None: foreign); None when it vanished meanwhile.
+
+        ``seen`` carries what the bulk stats said (state, reason, size), not the name."""
         name = dom.name()
         try:
             raw = self._session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
@@ -154,11 +167,11 @@ class LibvirtHost:
             log.warning(
                 "host %s: cannot read domain %s, treating it as foreign: %s", self.name, name, exc
             )
-            return Domain(name=name, state=state, owner=None)
+            return replace(seen, name=name)
         owner = parse_owner(raw)
         if self._session.tracing:
             self._session.trace("virDomainGetMetadata", "owner", repr(owner), domain=name)
-        return Domain(name=name, state=state, owner=owner)
+        return replace(seen, name=name, owner=owner)
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
         self._images.ensure(image, local_file)
@@ -348,7 +361,13 @@ class LibvirtHost:
             self._set_metadata(dom, domain, text, live=False)
 
     def _start(self, dom: Any, domain: str) -> None:
-        if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+        state, _reason = self._session.call(
+            "virDomainGetState", lambda _c: dom.state(), domain=domain
+        )
+        if state == libvirt.VIR_DOMAIN_CRASHED:  # kept by on_crash=preserve: destroy, then start
+            self._session.call("virDomainDestroy", lambda _c: dom.destroy(), domain=domain)
+            log.info("host %s: destroyed crashed domain %s before starting it", self.name, domain)
+        elif state != libvirt.VIR_DOMAIN_SHUTOFF:
             return
         self._session.call("virDomainCreate", lambda _c: dom.create(), domain=domain)
         log.info("host %s: started domain %s", self.name, domain)
@@ -402,6 +421,25 @@ class LibvirtHost:
         except PermanentError as exc:
             if exc.code != libvirt.VIR_ERR_OPERATION_INVALID:
                 raise
+
+
+def _observed(values: dict[str, Any]) -> Domain:
+    """State, failure reason and (when running) vCPUs and memory from one domain's stats."""
+    raw_state = values.get("state.state", -1)
+    state = STATES.get(raw_state, DomainState.OTHER)
+    reason = FAILURE_REASONS.get((raw_state, values.get("state.reason", -1)), "")
+    vcpus = values.get("vcpu.current") if state is DomainState.RUNNING else None
+    sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
+    known = [int(v) for v in sizes if isinstance(v, int)]
+    # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
+    memory = min(known) // 1024 if known and state is DomainState.RUNNING else None
+    return Domain(
+        name="",
+        state=state,
+        reason=reason,
+        vcpus=vcpus if isinstance(vcpus, int) else None,
+        memory_mib=memory,
+    )
 
 
 def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:

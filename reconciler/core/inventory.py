@@ -90,7 +90,14 @@ def _domain_to_dict(domain: Domain) -> dict[str, Any]:
                 owner[key] = getattr(o, attr)
         if o.protect:
             owner["protect"] = True
-    return {"name": domain.name, "state": domain.state.value, "owner": owner}
+    found: dict[str, Any] = {"name": domain.name, "state": domain.state.value, "owner": owner}
+    if domain.reason:
+        found["reason"] = domain.reason
+    if domain.vcpus is not None:
+        found["vcpus"] = domain.vcpus
+    if domain.memory_mib is not None:
+        found["memoryMiB"] = domain.memory_mib
+    return found
 
 
 class _Reader:
@@ -169,7 +176,7 @@ class _Reader:
         if not isinstance(raw, dict):
             self.problem(at, "must be an object")
             return None
-        self.unknown_keys(raw, {"name", "state", "owner"}, at)
+        self.unknown_keys(raw, {"name", "state", "owner", "reason", "vcpus", "memoryMiB"}, at)
         name = self.string(raw, "name", at)
         state_text = self.string(raw, "state", at)
         state: DomainState | None = None
@@ -179,9 +186,22 @@ class _Reader:
             except ValueError:
                 self.problem(f"{at}.state", f"{state_text!r} is not one of {_STATES}")
         owner = self.owner(raw.get("owner"), f"{at}.owner")
+        reason = self.optional(raw, "reason", at)
+        vcpus, memory = (self.count(raw, key, at) for key in ("vcpus", "memoryMiB"))
         if name is None or state is None:
             return None
-        return Domain(name=name, state=state, owner=owner)
+        return Domain(
+            name=name, state=state, owner=owner, reason=reason, vcpus=vcpus, memory_mib=memory
+        )
+
+    def count(self, raw: dict[str, Any], key: str, at: str) -> int | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.problem(f"{at}.{key}", "must be a whole number, 0 or more")
+            return None
+        return value
 
     def owner(self, raw: object, at: str) -> Owner | None:
         if raw is None:

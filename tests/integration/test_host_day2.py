@@ -1,0 +1,116 @@
+"""What self-healing reads from and does on a real libvirtd, over a real sshd: a VM
+killed from outside is seen as shut off for a failure and started again; a VM's
+vCPUs and memory as the running domain has them (a hand edit shows)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostservices import BlankImage
+
+from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.model import Domain, DomainState
+from reconciler.model.vm import VmSpec
+
+QEMU_PIDS = Path("/run/libvirt/qemu")
+
+
+def observed(adapter: LibvirtHost, domain: str) -> Domain:
+    return next(d for d in adapter.observe().domains if d.name == domain)
+
+
+def kill_qemu(domain: str) -> None:
+    pid = int((QEMU_PIDS / f"{domain}.pid").read_text().strip())
+    os.kill(pid, signal.SIGKILL)
+
+
+def wait_for_state(adapter: LibvirtHost, domain: str, state: DomainState) -> Domain:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = observed(adapter, domain)
+        if seen.state is state:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"{domain} never became {state}: {observed(adapter, domain)}")
+
+
+def test_a_vm_whose_qemu_is_killed_is_seen_as_crashed_and_start_brings_it_back(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("heal-1", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    running = observed(adapter, spec.domain)
+    assert running.state is DomainState.RUNNING and not running.failed
+
+    kill_qemu(spec.domain)
+    down = wait_for_state(adapter, spec.domain, DomainState.SHUTOFF)
+
+    assert down.reason == "crashed" and down.failed
+    adapter.start(spec.domain)
+    again = observed(adapter, spec.domain)
+    assert again.state is DomainState.RUNNING and again.reason == ""
+
+
+def test_a_cleanly_stopped_vm_is_shut_off_without_a_failure_reason(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("heal-2", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+
+    local_conn.lookupByName(spec.domain).destroy()
+
+    down = observed(adapter, spec.domain)
+    assert down.state is DomainState.SHUTOFF and not down.failed
+
+
+@pytest.mark.parametrize("edit", ["vcpus", "memory"])
+def test_a_running_vm_reports_its_vcpus_and_memory_so_a_hand_edit_shows(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+    edit: str,
+) -> None:
+    spec = make_spec(f"edit-{edit}", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    before = observed(adapter, spec.domain)
+    assert (before.vcpus, before.memory_mib) == (
+        spec.machine_type.vcpus,
+        spec.machine_type.memory_mib,
+    )
+    dom = local_conn.lookupByName(spec.domain)
+    dom.destroy()
+    config = 2  # VIR_DOMAIN_AFFECT_CONFIG
+    if edit == "vcpus":
+        dom.setVcpusFlags(2, config | 4)  # VIR_DOMAIN_VCPU_MAXIMUM
+        dom.setVcpusFlags(2, config)
+    else:
+        dom.setMemoryFlags(192 * 1024, config | 4)  # VIR_DOMAIN_MEM_MAXIMUM
+    dom.create()
+
+    after = observed(adapter, spec.domain)
+
+    if edit == "vcpus":
+        assert (after.vcpus, after.memory_mib) == (2, spec.machine_type.memory_mib)
+    else:
+        assert (after.vcpus, after.memory_mib) == (spec.machine_type.vcpus, 192)
