@@ -58,8 +58,11 @@ def test_the_json_has_the_documented_shape() -> None:
         "name": "pf-home-web-1-0123abcd",
         "state": "running",
         "owner": {"fleet": "home", "proxy": "web-1", "digest": "0123abcd" * 8},
+        "vcpus": 2,
+        "memoryMiB": 1024,
     }
     assert kvm01["domains"][1]["owner"]["protect"] is True
+    assert kvm01["domains"][1]["reason"] == "crashed"
     assert kvm01["domains"][2]["owner"] is None
     assert kvm02 == {"name": "kvm02", "reachable": False, "error": "ssh: connection refused"}
 
