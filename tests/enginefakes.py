@@ -126,13 +126,15 @@ class FakeProber:
 
     def __init__(self) -> None:
         self.unhealthy: set[str] = set()
+        self.healthy_only: set[str] | None = None
+        """When set, every IP but these is unhealthy."""
         self.calls: list[str] = []
         self._lock = threading.Lock()
 
     def probe(self, ip: str, health: Health) -> Probe:
         with self._lock:
             self.calls.append(ip)
-        if ip in self.unhealthy:
+        if ip in self.unhealthy or (self.healthy_only is not None and ip not in self.healthy_only):
             return Probe(False, f"HTTP 503 from {health.probe_url}")
         return Probe(True, f"HTTP {health.expect_status} in 0.01 s")
 

@@ -506,3 +506,57 @@ def test_cloud_init_content_never_reaches_the_log(caplog: pytest.LogCaptureFixtu
 
     assert "hunter2" not in caplog.text
     assert all("hunter2" not in str(r.args) for r in caplog.records)
+
+
+def batch_replace(proxy: str, batch: int) -> Action:
+    return dataclasses.replace(replace(proxy), batch=batch)  # type: ignore[type-var]
+
+
+def test_a_rollout_batch_starts_only_after_every_replace_of_the_one_before_is_done() -> None:
+    run, host = one_host_run("a", "b", "c")
+    olds = {p: old_vm(host, p) for p in ("a", "b", "c")}
+
+    outcomes = run.execute(batch_replace("c", 2), batch_replace("a", 1), batch_replace("b", 1))
+
+    assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 3
+    mutations = [(m, t) for m, t in host.calls if m in ("create", "delete")]
+    assert mutations.index(("delete", olds["a"])) < mutations.index(
+        ("create", "pf-home-c-dddddddd")
+    )
+    assert mutations.index(("delete", olds["b"])) < mutations.index(
+        ("create", "pf-home-c-dddddddd")
+    )
+
+
+def test_a_new_vm_that_fails_its_health_gate_halts_the_rollout_and_later_batches_wait() -> None:
+    run, host = one_host_run(
+        "a", "b", "c", settings=ApplySettings(replace_timeout=30, poll_interval=10)
+    )
+    olds = {p: old_vm(host, p) for p in ("a", "b", "c")}
+    host.addresses_of["pf-home-a-dddddddd"] = ("192.0.2.50",)
+    run.prober.unhealthy.add("192.0.2.50")
+
+    first, second, third = run.execute(
+        batch_replace("a", 1), batch_replace("b", 1), batch_replace("c", 2)
+    )
+
+    assert (first.result, first.halts) == (ActionResult.FAILED, True)
+    assert "did not become healthy within 30 s" in first.error
+    assert (second.result, second.halts) == (ActionResult.SUCCEEDED, False)
+    assert third.result is ActionResult.SKIPPED
+    assert "rollout halted (a's replace failed in batch 1)" in third.error
+    assert ("create", "pf-home-c-dddddddd") not in host.calls
+    assert olds["a"] in host.domains and olds["c"] in host.domains
+    assert olds["b"] not in host.domains
+
+
+def test_a_replace_failing_for_a_host_error_stops_later_batches_but_halts_nothing() -> None:
+    run, host = one_host_run("a", "b")
+    old_vm(host, "a")
+    old_vm(host, "b")
+    host.failures[("create", "*")] = [PermanentError("pool is gone")]
+
+    first, second = run.execute(batch_replace("a", 1), batch_replace("b", 2))
+
+    assert (first.result, first.halts) == (ActionResult.FAILED, False)
+    assert second.result is ActionResult.SKIPPED

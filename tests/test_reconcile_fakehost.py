@@ -29,6 +29,7 @@ class World:
         self.root = root
         self.time = FakeTime()
         self.prober = FakeProber()
+        self.numbers = itertools.count(10)  # one range for all hosts: every VM its own IP
         self.hosts = {name: self._host(name) for name in HOSTS}
         self.engine = Engine(
             lambda host: self.hosts[host.name],
@@ -40,7 +41,7 @@ class World:
 
     def _host(self, name: str) -> FakeHypervisor:
         fake = FakeHypervisor(name)
-        numbers = itertools.count(10)
+        numbers = self.numbers
 
         def give_ip(call: Call) -> None:  # a created VM gets an address, as DHCP would
             if call.method == "create" and call.target not in fake.addresses_of:

@@ -94,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
 def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime: Runtime) -> Engine:
     """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes."""
     from reconciler.adapters.download import ImageCache
+    from reconciler.adapters.historystore import FileHistoryStore
     from reconciler.adapters.probe import HttpProber
 
-    cache = state_dir(args, settings.state_dir) / "images"
+    state = state_dir(args, settings.state_dir)
+    cache = state / "images"
     images: ImageSource = ImageCache(cache)
     prober: Prober = HttpProber()
     apply = ApplySettings(per_host_concurrency=settings.concurrency.per_host)
@@ -108,6 +110,7 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
         prober=prober,
         settings=apply,
         runtime=runtime,
+        history=FileHistoryStore(state / "history.json"),
     )
 
 

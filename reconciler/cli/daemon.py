@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
 def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Event) -> Engine:
     """The engine on real hosts, kept across cycles; libvirt call timings go to ``metrics``."""
     from reconciler.adapters.download import ImageCache
+    from reconciler.adapters.historystore import FileHistoryStore
     from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only here
     from reconciler.adapters.probe import HttpProber
 
@@ -60,6 +61,7 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
         prober=prober,
         settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
         runtime=Runtime.interruptible(stop),
+        history=FileHistoryStore(settings.state_dir / "history.json"),
     )
 
 

@@ -294,7 +294,10 @@ class _Planner:
         keeper, *duplicates = sorted(current, key=self._preference)
         kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
         actions: list[Action] = [self._keep(proxy, made, keeper)]
-        failing = self.history.record(keeper.host, keeper.name).failing_since is not None
+        halt = self.history.halt
+        failing = self.history.record(keeper.host, keeper.name).failing_since is not None or (
+            halt is not None and (halt.proxy, halt.domain) == (proxy.name, keeper.name)
+        )
         if stale:
             self.in_flight[proxy.placement.zone] += 1
         for vm in sorted(duplicates, key=lambda v: (v.name, v.host)):

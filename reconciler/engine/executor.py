@@ -85,6 +85,10 @@ class ActionFailed(Exception):
     """An action cannot go on; the message is the outcome's reason."""
 
 
+class NotHealthy(ActionFailed):
+    """A replace's new VM did not pass its health check in time: the rollout halts."""
+
+
 @dataclass(slots=True)
 class _Once:
     """A value computed by the first caller and shared (or its error re-raised)."""
@@ -118,11 +122,46 @@ class Executor:
         self._memo: dict[tuple[str, ...], _Once] = {}
 
     def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
-        """One outcome per mutating action of ``plan``, in plan order."""
+        """One outcome per mutating action of ``plan``, in plan order.
+
+        Rollout batches run one after the other: batch 1 with every other action,
+        then each next batch only when no replace of an earlier one failed. Once
+        one did, the later batches' replaces are SKIPPED: the rollout is halted.
+        """
         actions = [a for a in plan.actions if a.kind in MUTATING]
-        queues: dict[str, deque[int]] = {}
+        phases: dict[int, list[int]] = {}
         for index, action in enumerate(actions):
-            queues.setdefault(action.host or "", deque()).append(index)
+            phases.setdefault(_phase(action), []).append(index)
+        results: dict[int, ActionOutcome] = {}
+        stopped = ""
+        for phase in sorted(phases):
+            indexes = phases[phase]
+            if stopped:
+                for index in indexes:
+                    results[index] = ActionOutcome(
+                        actions[index],
+                        ActionResult.SKIPPED,
+                        error=f"not started: rollout halted ({stopped})",
+                        attempts=0,
+                    )
+                continue
+            results.update(self._run_phase(actions, indexes))
+            stopped = next(
+                (
+                    f"{actions[i].proxy}'s replace failed in batch {phase}"
+                    for i in indexes
+                    if isinstance(actions[i], Replace)
+                    and results[i].result is not ActionResult.SUCCEEDED
+                ),
+                "",
+            )
+        return tuple(results[i] for i in range(len(actions)))
+
+    def _run_phase(self, actions: list[Action], indexes: list[int]) -> dict[int, ActionOutcome]:
+        """The actions at ``indexes``, in parallel across hosts, bounded per host."""
+        queues: dict[str, deque[int]] = {}
+        for index in indexes:
+            queues.setdefault(actions[index].host or "", deque()).append(index)
         results: dict[int, ActionOutcome] = {}
         workers = [
             (host, queue)
@@ -130,7 +169,7 @@ class Executor:
             for _ in range(min(max(1, self._settings.per_host_concurrency), len(queue)))
         ]
         if not workers:
-            return ()
+            return results
         lock = threading.Lock()
 
         def work(queue: deque[int]) -> None:
@@ -147,7 +186,7 @@ class Executor:
             futures = [pool.submit(work, queue) for _, queue in workers]
             for future in futures:
                 future.result()
-        return tuple(results[i] for i in range(len(actions)))
+        return results
 
     # -- one action ---------------------------------------------------------------
 
@@ -161,9 +200,12 @@ class Executor:
             )
         attempts = Attempts()
         started = self._runtime.monotonic()
-        result, error = ActionResult.SUCCEEDED, ""
+        result, error, halts = ActionResult.SUCCEEDED, "", False
         try:
             self._run(action, attempts)
+        except NotHealthy as exc:
+            result, error, halts = ActionResult.FAILED, str(exc), True
+            log.warning("%s failed its health gate: %s", _describe(action), error)
         except (ActionFailed, HostError) as exc:
             result, error = ActionResult.FAILED, str(exc)
             log.warning("%s failed: %s", _describe(action), error)
@@ -178,6 +220,7 @@ class Executor:
             error=error,
             attempts=1 + attempts.retries,
             duration_seconds=self._runtime.monotonic() - started,
+            halts=halts,
         )
 
     def _run(self, action: Action, attempts: Attempts) -> None:
@@ -264,6 +307,11 @@ class Executor:
         self._create(action, host, attempts)
         timeout = self._settings.replace_timeout
         checked, why = self._await_healthy(host, domain, action.vm.health)
+        if why and not self._runtime.stop.is_set():
+            raise NotHealthy(
+                f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
+                f"old VM {old.domain} on {old.host} kept"
+            )
         if why:
             raise ActionFailed(
                 f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
@@ -348,6 +396,11 @@ class Executor:
         if host is None:
             raise ActionFailed(f"no connection to host {name!r}")
         return host
+
+
+def _phase(action: Action) -> int:
+    """The rollout batch an action runs in: a replace's own, 1 for everything else."""
+    return action.batch if isinstance(action, Replace) else 1
 
 
 def _describe(action: Action) -> str:

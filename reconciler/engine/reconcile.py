@@ -7,7 +7,9 @@ Nothing escapes as an exception: a bug becomes a FAILED report, logged with
 its traceback.
 
 ``Engine`` holds what lives across cycles: one connection per host
-(``HostPool``), the image cache, the prober, settings and the runtime.
+(``HostPool``), the image cache, the prober, what earlier runs saw (the
+history store: crash loops, failing probes, a halted rollout), settings and
+the runtime.
 ``prepare`` and ``finish`` split a cycle where ``apply`` asks the operator.
 """
 
@@ -16,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.adapters.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.planner import plan as make_plan
+from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource
 from reconciler.engine.observe import Observation, observe
@@ -30,6 +34,7 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model.history import Halt, History
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
     ActionOutcome,
@@ -56,6 +61,8 @@ class Prepared:
     hosts: Mapping[str, Hypervisor]
     observation: Observation
     plan: Plan
+    history: History = field(default_factory=History)
+    """What earlier runs saw, as kept (the plan got it with the time and this revision's halt)."""
 
 
 class Engine:
@@ -69,8 +76,10 @@ class Engine:
         prober: Prober,
         settings: ApplySettings | None = None,
         runtime: Runtime | None = None,
+        history: HistoryStore | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
+        self.history = history if history is not None else MemoryHistoryStore()
         self.images = images
         self.prober = prober
         self.settings = settings if settings is not None else ApplySettings()
@@ -114,9 +123,11 @@ class Engine:
             )
         hosts = self.pool.sync(repo.fleet.hosts)
         observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
-        plan = make_plan(repo, observation.inventory)
+        kept = self.history.load()
+        now = self.runtime.clock()
+        plan = make_plan(repo, observation.inventory, for_plan(kept, now=now, revision=revision))
         log.info("Planned %s.", _summary(plan))
-        return Prepared(started, revision, repo, hosts, observation, plan)
+        return Prepared(started, revision, repo, hosts, observation, plan, kept)
 
     def finish(self, prepared: Prepared) -> RunReport:
         """Apply the plan, check every proxy and build the report."""
@@ -140,11 +151,43 @@ class Engine:
             runtime=self.runtime,
         )
         finished = self.runtime.clock()
-        report = build_report(prepared, outcomes, proxies, finished=finished)
+        halt = self._remember(prepared, outcomes, proxies, now=finished)
+        report = build_report(prepared, outcomes, proxies, finished=finished, halt=halt)
         new = settling(
             prepared, outcomes, proxies, now=finished, window=self.settings.replace_timeout
         )
         return dataclasses.replace(report, settling=new)
+
+    def _remember(
+        self,
+        prepared: Prepared,
+        outcomes: Sequence[ActionOutcome],
+        proxies: Sequence[ProxyStatus],
+        *,
+        now: datetime,
+    ) -> Halt | None:
+        """Fold this run into the history and keep it; the rollout halt now in force."""
+        history = after_run(
+            prepared.history,
+            inventory=prepared.observation.inventory,
+            revision=prepared.revision,
+            outcomes=outcomes,
+            proxies=proxies,
+            now=now,
+        )
+        if history.halt is not None and history.halt != prepared.history.halt:
+            log.warning(
+                "Rollout of %s halted: %s's new VM %s: %s",
+                prepared.revision[:12] or "this revision",
+                history.halt.proxy,
+                history.halt.domain,
+                history.halt.reason,
+            )
+        try:
+            self.history.save(history)
+        except OSError as exc:
+            log.warning("The history of this run was not kept: %s", exc)
+        return history.halt
 
     def close(self) -> None:
         self.pool.close()
@@ -185,6 +228,7 @@ def build_report(
     proxies: Sequence[ProxyStatus],
     *,
     finished: datetime,
+    halt: Halt | None = None,
 ) -> RunReport:
     results = [o.result for o in outcomes]
     result = RunResult.SUCCESS
@@ -201,9 +245,40 @@ def build_report(
         outcomes=tuple(outcomes),
         proxies=tuple(proxies),
         hosts=hosts,
-        conditions=conditions(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
+        conditions=(
+            *conditions(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
+            *day2_conditions(prepared.plan, halt),
+        ),
         suspended=suspended,
+        halt=halt,
     )
+
+
+def day2_conditions(plan: Plan, halt: Halt | None) -> tuple[Condition, ...]:
+    """RolloutHalted and ProbePathSuspect, present only while they hold."""
+    found = []
+    if halt is not None:
+        found.append(
+            Condition(
+                "RolloutHalted",
+                True,
+                "NewVmUnhealthy",
+                f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}; no further replace of "
+                "this revision; the old VMs keep serving; a new commit resumes",
+            )
+        )
+    if plan.suspect_zones:
+        zones = ", ".join(plan.suspect_zones)
+        found.append(
+            Condition(
+                "ProbePathSuspect",
+                True,
+                "HalfAZoneFailing",
+                f"at least half of the proxies of zone(s) {zones} fail their probe at once; "
+                "none of them is replaced for it",
+            )
+        )
+    return tuple(found)
 
 
 NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)

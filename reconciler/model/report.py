@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from reconciler.model.history import Halt
 from reconciler.model.plan import Action, Plan
 
 
@@ -53,6 +54,9 @@ class ActionOutcome:
     error: str = ""
     attempts: int = 1
     duration_seconds: float = 0.0
+    halts: bool = False
+    """A replace whose new VM did not become healthy in time: the rollout of this revision
+    halts (the engine records it; later batches were skipped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ class RunReport:
     hosts: tuple[HostStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
     suspended: bool = False
+    halt: Halt | None = None
+    """The rollout halt in force for this revision after the run (None: none)."""
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""

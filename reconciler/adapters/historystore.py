@@ -1,0 +1,160 @@
+"""Where what earlier runs saw is kept between runs: ``<state dir>/history.json``.
+
+The failure history of each VM (probe failing since, restarts) and a halted
+rollout must survive a daemon restart, or a crash loop would restart a VM for
+ever and a halted rollout would start again after every restart. They are
+facts about this box's runs, not desired state, so they live in the state dir
+beside the image cache, not in the fleet repo (whose committers must not be
+able to forge them) nor on the hosts (which would cost a mutating call per
+probe). A second management box starts with an empty history: it counts
+again from zero, which only ever delays a replace, never adds one.
+
+The file is written whole to a temporary file and renamed over the old one;
+it is never read through a symlink, and one that does not parse counts as
+empty (logged), never as an error that stops a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.plan import DomainRef
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+MAX_BYTES = 8 * 1024 * 1024
+"""A history file larger than this is not read (a fleet of thousands stays far below)."""
+
+
+class HistoryStore(Protocol):
+    def load(self) -> History:
+        """What the last run saved; an empty History when there is none. Never raises."""
+        ...
+
+    def save(self, history: History) -> None:
+        """Replace what is kept. Raises OSError when the state dir cannot be written."""
+        ...
+
+
+class MemoryHistoryStore:
+    """Keeps the history in this process only: for tests, and a one-off ``apply``
+    without a state dir."""
+
+    def __init__(self, history: History | None = None) -> None:
+        self._history = history or History()
+        self._lock = threading.Lock()
+
+    def load(self) -> History:
+        with self._lock:
+            return self._history
+
+    def save(self, history: History) -> None:
+        with self._lock:
+            self._history = history
+
+
+class FileHistoryStore:
+    """``history.json`` in the state dir."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> History:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return History()
+        except OSError as exc:
+            log.warning("History %s not read (%s); starting without it.", self.path, exc)
+            return History()
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            log.warning("History %s is larger than %d bytes; ignored.", self.path, MAX_BYTES)
+            return History()
+        try:
+            return decode(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("History %s does not parse (%s); starting without it.", self.path, exc)
+            return History()
+
+    def save(self, history: History) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        data = json.dumps(encode(history), indent=1, sort_keys=True).encode()
+        fd = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, self.path)
+
+
+def encode(history: History) -> dict[str, Any]:
+    vms = [
+        {
+            "host": ref.host,
+            "domain": ref.domain,
+            "failingSince": _time(record.failing_since),
+            "healthyOnce": record.healthy_once,
+            "restarts": [_time(t) for t in record.restarts],
+        }
+        for ref, record in history.vms
+    ]
+    halt = history.halt
+    return {
+        "version": VERSION,
+        "vms": vms,
+        "halt": None
+        if halt is None
+        else {
+            "revision": halt.revision,
+            "proxy": halt.proxy,
+            "domain": halt.domain,
+            "reason": halt.reason,
+            "since": _time(halt.since),
+        },
+    }
+
+
+def decode(document: Any) -> History:
+    if not isinstance(document, dict) or document.get("version") != VERSION:
+        raise ValueError("not a version 1 history document")
+    vms = []
+    for entry in document.get("vms") or []:
+        failing = entry.get("failingSince")
+        vms.append(
+            (
+                DomainRef(str(entry["host"]), str(entry["domain"])),
+                VmRecord(
+                    failing_since=datetime.fromisoformat(failing) if failing else None,
+                    healthy_once=bool(entry.get("healthyOnce", False)),
+                    restarts=tuple(datetime.fromisoformat(t) for t in entry.get("restarts", [])),
+                ),
+            )
+        )
+    raw = document.get("halt")
+    halt = None
+    if raw is not None:
+        halt = Halt(
+            revision=str(raw["revision"]),
+            proxy=str(raw["proxy"]),
+            domain=str(raw["domain"]),
+            reason=str(raw["reason"]),
+            since=datetime.fromisoformat(raw["since"]),
+        )
+    return History(vms=tuple(vms), halt=halt)
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None

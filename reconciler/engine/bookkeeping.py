@@ -1,0 +1,92 @@
+"""What a run hands on to the next one: the VMs' failure history and a halted rollout.
+
+``for_plan`` turns what was kept into the planner's ``History`` for one
+revision (a halt of another revision is ignored: a new commit resumes the
+rollout); ``after_run`` folds the run's outcomes and health checks into it:
+
+- a successful start counts as a restart of that VM (the last 20 are kept);
+- a running proxy whose check failed is failing since the first such check,
+  one that passed is failing no more and has been healthy once; a proxy whose
+  health is unknown (host unreachable, not checked) changes nothing;
+- a replace whose new VM failed its health gate halts the revision's rollout;
+- records of VMs that no longer exist on a host that answered are dropped;
+  those on hosts that did not answer are kept (their VMs are unknown, not gone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+
+from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.inventory import Inventory
+from reconciler.model.plan import DomainRef, Replace, Start
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
+
+KEPT_RESTARTS = 20
+
+
+def for_plan(kept: History, *, now: datetime, revision: str) -> History:
+    halt = kept.halt if kept.halt is not None and kept.halt.revision == revision else None
+    return History(now=now, vms=kept.vms, halt=halt)
+
+
+def after_run(
+    kept: History,
+    *,
+    inventory: Inventory,
+    revision: str,
+    outcomes: Sequence[ActionOutcome],
+    proxies: Sequence[ProxyStatus],
+    now: datetime,
+) -> History:
+    records: dict[DomainRef, VmRecord] = dict(kept.vms)
+    for outcome in outcomes:
+        action = outcome.action
+        if isinstance(action, Start) and outcome.result is ActionResult.SUCCEEDED:
+            ref = DomainRef(action.host or "", action.domain or "")
+            record = records.get(ref, VmRecord())
+            restarts = (*record.restarts, now)[-KEPT_RESTARTS:]
+            records[ref] = dataclasses.replace(record, restarts=restarts)
+    for proxy in proxies:
+        if not proxy.host or not proxy.domain or proxy.health is Health.UNKNOWN:
+            continue
+        ref = DomainRef(proxy.host, proxy.domain)
+        record = records.get(ref, VmRecord())
+        if proxy.health is Health.HEALTHY:
+            record = dataclasses.replace(record, failing_since=None, healthy_once=True)
+        elif proxy.state == "running" and record.failing_since is None:
+            record = dataclasses.replace(record, failing_since=now)
+        records[ref] = record
+    halt = kept.halt if kept.halt is not None and kept.halt.revision == revision else None
+    for outcome in outcomes:
+        action = outcome.action
+        if outcome.halts and isinstance(action, Replace):
+            halt = Halt(
+                revision=revision,
+                proxy=action.proxy or "",
+                domain=action.domain or "",
+                reason=outcome.error,
+                since=now,
+            )
+    live = {DomainRef(p.host, p.domain) for p in proxies if p.host and p.domain}
+    records = _alive(records, inventory, live)
+    return History(vms=tuple(sorted(records.items(), key=_key)), halt=halt)
+
+
+def _alive(
+    records: dict[DomainRef, VmRecord], inventory: Inventory, live: set[DomainRef]
+) -> dict[DomainRef, VmRecord]:
+    """The records of VMs that still exist: listed by a host that answered, spoken for by a
+    proxy this run, or on a host that did not answer (unknown, not gone)."""
+    answered = {h.name: {d.name for d in h.domains} for h in inventory.hosts if h.reachable}
+    return {
+        ref: record
+        for ref, record in records.items()
+        if ref in live or ref.host not in answered or ref.domain in answered[ref.host]
+    }
+
+
+def _key(item: tuple[DomainRef, VmRecord]) -> tuple[str, str]:
+    return (item[0].host, item[0].domain)
