@@ -85,7 +85,7 @@ def test_a_crashed_vm_is_started_again_and_replaced_once_it_keeps_crashing(world
 def test_a_proxy_failing_its_probe_past_replace_after_is_replaced_and_not_before(
     world: World,
 ) -> None:
-    host, domain = owned(world)["web-2"]
+    _, domain = owned(world)["web-2"]
     world.prober.unhealthy.add(ip_of(world, domain))
     world.cycle()  # the first failed check starts the clock
     world.time.sleep(899)
