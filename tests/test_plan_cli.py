@@ -141,11 +141,13 @@ def test_json_output_has_the_documented_fields_and_summary(
         "blocks",
         "replaces",
         "volumes",
+        "batch",
     }
     assert all(set(a) == keys for a in document["actions"])
     (replace,) = [a for a in document["actions"] if a["action"] == "replace"]
     assert set(replace["replaces"]) == {"host", "domain"}
     assert replace["replaces"]["domain"].endswith("-00000000")
+    assert replace["batch"] == 1
     blocked = [a for a in document["actions"] if a["action"] == "blocked"]
     assert blocked and all(a["blocks"] and a["reason"] for a in blocked)
     (cleanup,) = [a for a in document["actions"] if a["action"] == "cleanup"]

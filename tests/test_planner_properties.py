@@ -9,12 +9,14 @@ with current, stale or misplaced digests beside foreign domains.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planworld import apply_plan, build_inventory, build_repo, desired_digest
+from planworld import NOW, apply_plan, build_inventory, build_repo, desired_digest
 
 from reconciler.core.naming import volume_domain
 from reconciler.core.planner import plan
@@ -30,7 +32,15 @@ from reconciler.model import (
     Plan,
     Repo,
 )
-from reconciler.model.plan import MUTATING, Cleanup, Relabel, blocked_kind, replaced
+from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.plan import (
+    MUTATING,
+    Cleanup,
+    Relabel,
+    Replace,
+    blocked_kind,
+    replaced,
+)
 
 HOSTS = ("kvm01", "kvm02", "kvm03", "kvm04")
 PROXIES = ("web-0", "web-1", "web-2", "web-3", "web-4")
@@ -326,3 +336,114 @@ def test_the_generated_worlds_reach_every_action_kind() -> None:
 
     collect()
     assert seen == set(ActionKind)
+
+
+# -- day 2: rollouts, halts, the probe-path guard -----------------------------------------
+
+
+@st.composite
+def day2_worlds(draw: Callable[..., Any]) -> tuple[Repo, Inventory, History]:
+    """A world with a rollout policy, crashed VMs and what earlier runs saw about them."""
+    repo, inventory = draw(worlds())
+    amount = st.integers(0, 3) | st.sampled_from(["0%", "25%", "50%", "100%"])
+    rollout = {"maxSurge": draw(amount), "maxUnavailable": draw(amount)}
+    policy = repo.fleet.policy
+    repo = dataclasses.replace(
+        repo,
+        fleet=dataclasses.replace(
+            repo.fleet,
+            policy=dataclasses.replace(
+                policy,
+                rollout=build_repo({"policy": {"rollout": rollout}}, []).fleet.policy.rollout,
+            ),
+        ),
+    )
+    hosts = []
+    records = []
+    for host in inventory.hosts:
+        domains = []
+        for domain in host.domains:
+            if domain.state is DomainState.SHUTOFF and draw(st.booleans()):
+                domain = dataclasses.replace(domain, reason="crashed")
+            domains.append(domain)
+            if domain.owner is not None and draw(st.integers(0, 2)) > 0:
+                failing = draw(st.sampled_from([None, 100, 1000, 5000]))
+                since = None if failing is None else NOW - timedelta(seconds=failing)
+                records.append(
+                    (
+                        DomainRef(host.name, domain.name),
+                        VmRecord(
+                            failing_since=since,
+                            healthy_once=draw(st.booleans()),
+                            restarts=(NOW - timedelta(seconds=60),) * draw(st.integers(0, 4)),
+                        ),
+                    )
+                )
+        hosts.append(dataclasses.replace(host, domains=tuple(domains)))
+    halt = None
+    if repo.proxies and draw(st.integers(0, 3)) == 0:
+        halt = Halt("r1", repo.proxies[0].name, "pf-home-x-00000000", "not healthy", NOW)
+    return repo, Inventory(hosts=tuple(hosts)), History(now=NOW, vms=tuple(records), halt=halt)
+
+
+def _zone_sizes(repo: Repo) -> Counter[str]:
+    return Counter(p.placement.zone for p in repo.proxies)
+
+
+@EXAMPLES
+@given(day2_worlds())
+def test_a_rollout_batch_never_holds_more_replaces_of_a_zone_than_its_batch_size(
+    world: tuple[Repo, Inventory, History],
+) -> None:
+    repo, inventory, history = world
+    zone_of = {p.name: p.placement.zone for p in repo.proxies}
+    per_batch: Counter[tuple[str, int]] = Counter()
+    for action in plan(repo, inventory, history).actions:
+        if isinstance(action, Replace):
+            per_batch[(zone_of[action.proxy or ""], action.batch)] += 1
+    sizes = _zone_sizes(repo)
+    for (zone, batch), count in per_batch.items():
+        assert batch >= 1
+        assert count <= repo.fleet.policy.rollout.batch_size(sizes[zone]), (zone, batch)
+
+
+@EXAMPLES
+@given(day2_worlds())
+def test_a_halted_rollout_plans_no_replace(world: tuple[Repo, Inventory, History]) -> None:
+    repo, inventory, history = world
+    if history.halt is None:
+        history = dataclasses.replace(
+            history, halt=Halt("r1", "web-1", "pf-home-web-1-00000000", "no IP", NOW)
+        )
+    result = plan(repo, inventory, history)
+    assert not [a for a in result.actions if isinstance(a, Replace)]
+
+
+@EXAMPLES
+@given(day2_worlds())
+def test_self_healing_never_replaces_a_failing_vm_when_half_its_zone_fails_at_once(
+    world: tuple[Repo, Inventory, History],
+) -> None:
+    repo, inventory, history = world
+    failing_by_zone: Counter[str] = Counter()
+    for proxy in repo.proxies:
+        running = [
+            (h.name, d.name)
+            for h in inventory.hosts
+            if h.reachable and repo.fleet.host(h.name) is not None
+            for d in h.domains
+            if d.owner is not None
+            and d.owner.fleet == repo.fleet.name
+            and d.owner.proxy == proxy.name
+            and d.state is DomainState.RUNNING
+            and d.owner.digest == desired_digest(repo, proxy.name, h.name)
+        ]
+        if any(history.failing_for(*vm) is not None for vm in running):
+            failing_by_zone[proxy.placement.zone] += 1
+    sizes = _zone_sizes(repo)
+    result = plan(repo, inventory, history)
+    for action in result.actions:
+        if isinstance(action, Replace) and "probe" in action.reason:
+            zone = repo.proxy(action.proxy or "").placement.zone  # type: ignore[union-attr]
+            failing = failing_by_zone[zone]
+            assert not (failing >= 2 and 2 * failing >= sizes[zone]), action

@@ -131,3 +131,27 @@ def test_the_idle_run_after_a_change_is_not_meaningful() -> None:
     changed = doc_of(with_reconciling(report(minute=0, created=True), "Converged"))
     idle = doc_of(with_reconciling(report(minute=5), "NoChanges"), previous=changed)
     assert statusdoc.meaningful(idle) == statusdoc.meaningful(changed)
+
+
+def test_a_halted_rollout_is_in_status_yaml_and_status_md_and_is_meaningful() -> None:
+    from dataclasses import replace
+
+    from reconciler.model.report import Condition
+
+    first = doc_of(report(minute=0))
+    halted = report(minute=5)
+    halted = replace(
+        halted,
+        conditions=(
+            *halted.conditions,
+            Condition("RolloutHalted", True, "NewVmUnhealthy", "web-1's new VM pf-x: no IP"),
+        ),
+    )
+    later = doc_of(halted, previous=first)
+
+    found = {c["type"]: c for c in later["conditions"]}
+    assert found["RolloutHalted"]["status"] in (True, "True")
+    assert "web-1's new VM pf-x: no IP" in found["RolloutHalted"]["message"]
+    assert "RolloutHalted" in render_markdown(later)
+    assert "web-1's new VM pf-x: no IP" in render_markdown(later)
+    assert statusdoc.meaningful(later) != statusdoc.meaningful(first)

@@ -19,7 +19,8 @@ from reconciler.model.report import Health, RunReport, RunResult
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _RECONCILE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 _RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-CONDITIONS = ("Ready", "Reconciling", "Stalled")
+CONDITIONS = ("Ready", "Reconciling", "Stalled", "RolloutHalted", "ProbePathSuspect")
+"""Always exported (0 while absent), so that a condition that stops holding drops to 0."""
 
 
 class Metrics:
@@ -100,6 +101,19 @@ class Metrics:
         self.suspended = Gauge(
             "proxyfleet_suspended", "1 while spec.policy.suspend is set.", registry=r
         )
+        self.rollout_halted = Gauge(
+            "proxyfleet_rollout_halted",
+            "1 while the rollout of the reconciled revision is halted (a new VM never got "
+            "healthy); no further replace until a new commit.",
+            registry=r,
+        )
+        self.probe_path_suspect = Gauge(
+            "proxyfleet_probe_path_suspect",
+            "1 for a zone where at least half the proxies fail their probe at once "
+            "(nothing is replaced for it).",
+            ["zone"],
+            registry=r,
+        )
         self.rpc = Histogram(
             "proxyfleet_libvirt_rpc_duration_seconds",
             "Duration of libvirt calls, by call and host.",
@@ -145,6 +159,11 @@ class Metrics:
         for condition in {*CONDITIONS, *present}:
             self.condition.labels(condition).set(1 if present.get(condition) else 0)
         self.suspended.set(1 if report.suspended else 0)
+        if report.plan is not None:
+            self.rollout_halted.set(1 if report.halt is not None else 0)
+            self.probe_path_suspect.clear()
+            for zone in report.plan.suspect_zones:
+                self.probe_path_suspect.labels(zone).set(1)
         for outcome in report.outcomes:
             self.applied.labels(outcome.action.kind.value, outcome.result.value).inc()
         if report.result == RunResult.STALLED or report.plan is None:

@@ -37,7 +37,7 @@ from reconciler.core.inventory import load_inventory
 from reconciler.core.planner import UP_TO_DATE, plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
-from reconciler.model.plan import Blocked, Cleanup, blocked_kind, replaced
+from reconciler.model.plan import Blocked, Cleanup, Replace, blocked_kind, replaced
 
 EXIT_NO_CHANGES = 0
 EXIT_ERROR = 1
@@ -146,6 +146,7 @@ def action_json(action: Action) -> dict[str, Any]:
         "blocks": blocks.value if blocks is not None else None,
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
         "volumes": list(action.volumes) if isinstance(action, Cleanup | Blocked) else [],
+        "batch": action.batch if isinstance(action, Replace) else None,
     }
 
 

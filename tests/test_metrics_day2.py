@@ -1,0 +1,52 @@
+"""The day-2 series: a halted rollout and a suspect probe path, set and cleared."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from prometheus_client.parser import text_string_to_metric_families
+from reports import report
+
+from reconciler.adapters.metrics import Metrics
+from reconciler.model import Plan
+from reconciler.model.history import Halt
+from reconciler.model.report import Condition
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.exposition().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+HALT = Halt("r1", "web-1", "pf-x", "no IP", datetime(2026, 12, 1, tzinfo=UTC))
+
+
+def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_next_run() -> None:
+    metrics = Metrics()
+    bad = report(minute=0)
+    assert bad.plan is not None
+    bad = replace(
+        bad,
+        halt=HALT,
+        plan=replace(bad.plan, suspect_zones=("east",)),
+        conditions=(*bad.conditions, Condition("RolloutHalted", True, "NewVmUnhealthy")),
+    )
+
+    metrics.record(bad)
+    seen = samples(metrics)
+
+    assert seen[("proxyfleet_rollout_halted", ())] == 1
+    assert seen[("proxyfleet_probe_path_suspect", (("zone", "east"),))] == 1
+    assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 1
+
+    metrics.record(replace(report(minute=5), plan=Plan()))
+    seen = samples(metrics)
+
+    assert seen[("proxyfleet_rollout_halted", ())] == 0
+    assert ("proxyfleet_probe_path_suspect", (("zone", "east"),)) not in seen
+    assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 0
