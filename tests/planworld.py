@@ -25,6 +25,7 @@ their input through here, so a case reads like the situation it describes
         - {name: pf-x, fleet: other, proxy: web-1}  # foreign: another fleet
         - {volumesOf: web-9, digest: old}         # pool volumes: web-9's overlay and seed
         - {volume: base-debian.qcow2}             # one pool volume, by name
+        - {capacity: {cpus: 4, memoryMiB: 8192, poolFreeGiB: 20}}  # what the host has
       kvm02: unreachable
     history:                      # what earlier runs saw (day-2 rules), all optional
       vms:                        # by domain name on any host, or by proxy (its VM)
@@ -81,8 +82,9 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
-from reconciler.model.fleet import RESTARTED_AT, Amount, Rollout
+from reconciler.model.fleet import RESTARTED_AT, Amount, Overcommit, Rollout
 from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.inventory import Capacity
 from reconciler.model.plan import Cleanup, DomainRef, Relabel, Replace
 from reconciler.model.vm import vm_volumes
 
@@ -112,6 +114,7 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
             drift=DriftMode(policy.get("drift", "correct")),
             suspend=policy.get("suspend", False),
             rollout=_rollout(policy.get("rollout", {})),
+            overcommit=Overcommit(**policy.get("overcommit", {})),
         ),
     )
     return Repo(fleet=built, proxies=tuple(sorted((_proxy(p) for p in proxies), key=_name)))
@@ -215,11 +218,30 @@ def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
         if domains == "unreachable":
             hosts.append(HostInventory(name=host_name, reachable=False, error="unreachable"))
             continue
-        entries = domains or []
+        entries = [d for d in domains or [] if "capacity" not in d]
         built = tuple(_domain(repo, host_name, d) for d in entries if not _is_volume(d))
         volumes = tuple(v for d in entries if _is_volume(d) for v in _volumes(repo, host_name, d))
-        hosts.append(HostInventory(name=host_name, reachable=True, domains=built, volumes=volumes))
+        capacity = next((_capacity(d["capacity"]) for d in domains or [] if "capacity" in d), None)
+        hosts.append(
+            HostInventory(
+                name=host_name,
+                reachable=True,
+                domains=built,
+                volumes=volumes,
+                capacity=capacity,
+            )
+        )
     return Inventory(hosts=tuple(hosts))
+
+
+def _capacity(raw: Mapping[str, Any]) -> Capacity:
+    free = int(raw.get("poolFreeGiB", 100) * 2**30)
+    return Capacity(
+        cpus=raw.get("cpus", 8),
+        memory_mib=raw.get("memoryMiB", 16384),
+        pool_capacity_bytes=max(free, int(raw.get("poolGiB", 200) * 2**30)),
+        pool_available_bytes=free,
+    )
 
 
 def _is_volume(raw: Mapping[str, Any]) -> bool:
@@ -242,7 +264,13 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
         name = raw.get("name") or domain_name(
             repo.fleet.name, raw["like"], desired_digest(repo, raw["like"], host)
         )
-        return Domain(name=name, state=state, owner=None)
+        return Domain(
+            name=name,
+            state=state,
+            owner=None,
+            vcpus=raw.get("vcpus"),
+            memory_mib=raw.get("memory"),
+        )
     fleet = raw.get("fleet", repo.fleet.name)
     digest = _digest(repo, raw["proxy"], host, raw.get("digest", "current"))
     manifest = repo.proxy(raw["proxy"]) if fleet == repo.fleet.name else None

@@ -10,12 +10,16 @@ import pytest
 from reconciler.core.inventory import dump_inventory, load_inventory, parse_inventory
 from reconciler.errors import InvalidInput
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
+from reconciler.model.inventory import Capacity
 
 INVENTORY = Inventory(
     hosts=(
         HostInventory(
             name="kvm01",
             reachable=True,
+            capacity=Capacity(
+                cpus=8, memory_mib=32768, pool_capacity_bytes=2**40, pool_available_bytes=2**39
+            ),
             domains=(
                 Domain(
                     name="pf-home-web-1-0123abcd",
@@ -65,6 +69,12 @@ def test_the_json_has_the_documented_shape() -> None:
     assert kvm01["domains"][1]["reason"] == "crashed"
     assert kvm01["domains"][2]["owner"] is None
     assert kvm02 == {"name": "kvm02", "reachable": False, "error": "ssh: connection refused"}
+    assert kvm01["capacity"] == {
+        "cpus": 8,
+        "memoryMiB": 32768,
+        "poolCapacityBytes": 2**40,
+        "poolAvailableBytes": 2**39,
+    }
 
 
 def test_the_issue_example_parses() -> None:

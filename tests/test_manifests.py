@@ -235,6 +235,9 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
     ("fleet", "$defs.policy.allowEmpty"): lambda r: r.fleet.policy.allow_empty,
     ("fleet", "$defs.policy.drift"): lambda r: r.fleet.policy.drift,
     ("fleet", "$defs.policy.suspend"): lambda r: r.fleet.policy.suspend,
+    ("fleet", "$defs.policy.overcommit.memory"): lambda r: r.fleet.policy.overcommit.memory,
+    ("fleet", "$defs.policy.overcommit.cpu"): lambda r: r.fleet.policy.overcommit.cpu,
+    ("fleet", "$defs.policy.overcommit.disk"): lambda r: r.fleet.policy.overcommit.disk,
     ("fleet", "$defs.policy.rollout.maxSurge"): lambda r: r.fleet.policy.rollout.max_surge.value,
     ("fleet", "$defs.policy.rollout.maxUnavailable"): lambda r: (
         r.fleet.policy.rollout.max_unavailable.value

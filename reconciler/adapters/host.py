@@ -28,7 +28,10 @@ class Hypervisor(Protocol):
         """Every domain on the host with its state and owner (None if foreign), and the
         names of the volumes in the host's pool (listed first).
 
-        Cost: 2 RPCs for the volumes, 1 list RPC + 1 metadata read per domain. Raises TransientError
+        Also the host's capacity (CPUs, memory, the pool's size and free space) and,
+        per domain, its state reason and, when running, its vCPUs and memory.
+        Cost: 3 RPCs for the pool, 1 for the node, 1 bulk stats RPC + 1 metadata read
+        per domain. Raises TransientError
         when the host cannot be read; callers mark it unreachable.
         """
         ...

@@ -39,6 +39,7 @@ from reconciler.core.metadata import (
 from reconciler.core.seediso import seed_iso
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
+from reconciler.model.inventory import Capacity
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec, vm_volumes
 
@@ -109,8 +110,9 @@ class LibvirtHost:
         return self._session
 
     def observe(self) -> HostInventory:
-        """The pool's volume names (2 RPCs), 1 RPC for every domain with its state, then one
-        metadata read per domain.
+        """The pool's volume names and space (3 RPCs), the node's CPUs and memory (1 RPC),
+        1 RPC for every domain with its state, reason and size, then one metadata read per
+        domain.
 
         Volumes are listed before domains: a domain defined in between is then
         seen with its volumes, never the other way round (volumes that look
@@ -124,7 +126,8 @@ class LibvirtHost:
         connection (libvirt multiplexes calls), so the link's round trips
         overlap instead of adding up.
         """
-        volumes = self._volume_names()
+        volumes, pool_space = self._volume_names()
+        node = self._session.call("virNodeGetInfo", lambda c: c.getInfo())
         stats = self._session.call(
             "virConnectGetAllDomainStats",
             lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
@@ -137,20 +140,37 @@ class LibvirtHost:
             with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{self.name}") as pool:
                 found = list(pool.map(lambda item: self._read_domain(*item), listed))
         domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
+        capacity = None
+        if pool_space is not None:
+            capacity = Capacity(
+                cpus=int(node[2]),
+                memory_mib=int(node[1]),
+                pool_capacity_bytes=pool_space[0],
+                pool_available_bytes=pool_space[1],
+            )
         return HostInventory(
-            name=self.name, reachable=True, domains=tuple(domains), volumes=volumes
+            name=self.name,
+            reachable=True,
+            domains=tuple(domains),
+            volumes=volumes,
+            capacity=capacity,
         )
 
-    def _volume_names(self) -> tuple[str, ...]:
+    def _volume_names(self) -> tuple[tuple[str, ...], tuple[int, int] | None]:
+        """The pool's volume names and (capacity, available) bytes; none without a pool."""
         try:
             pool = self._images.pool()
         except PermanentError as exc:
             log.debug("host %s: no volumes listed: %s", self.name, exc)
-            return ()
+            return (), None
         listed = self._session.call(
             "virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0)
         )
-        return tuple(sorted(volume.name() for volume in listed))
+        _state, capacity, _allocation, available = self._session.call(
+            "virStoragePoolGetInfo", lambda _c: pool.info()
+        )
+        names = tuple(sorted(volume.name() for volume in listed))
+        return names, (int(capacity), int(available))
 
     def _read_domain(self, dom: Any, seen: Domain) -> Domain | None:
         """The domain with its owner (None: foreign); None when it vanished meanwhile.

@@ -27,6 +27,7 @@ from typing import Any
 
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
+from reconciler.model.inventory import Capacity
 
 _OWNER_EXTRA = (
     ("imageKey", "image_key"),
@@ -75,9 +76,20 @@ def _host_to_dict(host: HostInventory) -> dict[str, Any]:
         out["domains"] = [_domain_to_dict(d) for d in host.domains]
         if host.volumes:
             out["volumes"] = list(host.volumes)
+        if host.capacity is not None:
+            out["capacity"] = _capacity_to_dict(host.capacity)
     if host.error is not None:
         out["error"] = host.error
     return out
+
+
+def _capacity_to_dict(capacity: Capacity) -> dict[str, Any]:
+    return {
+        "cpus": capacity.cpus,
+        "memoryMiB": capacity.memory_mib,
+        "poolCapacityBytes": capacity.pool_capacity_bytes,
+        "poolAvailableBytes": capacity.pool_available_bytes,
+    }
 
 
 def _domain_to_dict(domain: Domain) -> dict[str, Any]:
@@ -135,7 +147,7 @@ class _Reader:
         if not isinstance(raw, dict):
             self.problem(at, "must be an object")
             return None
-        self.unknown_keys(raw, {"name", "reachable", "domains", "error", "volumes"}, at)
+        self.unknown_keys(raw, {"name", "reachable", "domains", "error", "volumes", "capacity"}, at)
         name = self.string(raw, "name", at)
         reachable = raw.get("reachable")
         if not isinstance(reachable, bool):
@@ -160,10 +172,16 @@ class _Reader:
         volumes = self.volumes(raw.get("volumes", []), f"{at}.volumes")
         if volumes and reachable is False:
             self.problem(f"{at}.volumes", "an unreachable host cannot list volumes")
+        capacity = self.capacity(raw.get("capacity"), f"{at}.capacity")
         if name is None or not isinstance(reachable, bool):
             return None
         return HostInventory(
-            name=name, reachable=reachable, domains=tuple(domains), error=error, volumes=volumes
+            name=name,
+            reachable=reachable,
+            domains=tuple(domains),
+            error=error,
+            volumes=volumes,
+            capacity=capacity,
         )
 
     def volumes(self, raw: object, at: str) -> tuple[str, ...]:
@@ -192,6 +210,25 @@ class _Reader:
             return None
         return Domain(
             name=name, state=state, owner=owner, reason=reason, vcpus=vcpus, memory_mib=memory
+        )
+
+    def capacity(self, raw: object, at: str) -> Capacity | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.problem(at, "must be an object")
+            return None
+        keys = ("cpus", "memoryMiB", "poolCapacityBytes", "poolAvailableBytes")
+        self.unknown_keys(raw, set(keys), at)
+        values = [self.count(raw, key, at) for key in keys]
+        for key, value in zip(keys, values, strict=True):
+            if value is None:
+                self.problem(f"{at}.{key}", "is required")
+        cpus, memory, size, available = values
+        if cpus is None or memory is None or size is None or available is None:
+            return None
+        return Capacity(
+            cpus=cpus, memory_mib=memory, pool_capacity_bytes=size, pool_available_bytes=available
         )
 
     def count(self, raw: dict[str, Any], key: str, at: str) -> int | None:

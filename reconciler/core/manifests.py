@@ -37,6 +37,7 @@ from reconciler.model.fleet import (
     Lifecycle,
     Location,
     MachineType,
+    Overcommit,
     Placement,
     Policy,
     Proxy,
@@ -245,6 +246,16 @@ def _policy(value: dict[str, Any]) -> Policy:
         drift=DriftMode(value.get("drift", defaults.drift.value)),
         suspend=value.get("suspend", defaults.suspend),
         rollout=_rollout(value.get("rollout", {})),
+        overcommit=_overcommit(value.get("overcommit", {})),
+    )
+
+
+def _overcommit(value: dict[str, Any]) -> Overcommit:
+    defaults = Overcommit()
+    return Overcommit(
+        memory=float(value.get("memory", defaults.memory)),
+        cpu=float(value.get("cpu", defaults.cpu)),
+        disk=float(value.get("disk", defaults.disk)),
     )
 
 

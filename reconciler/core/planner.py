@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from reconciler.core.capacity import Room
 from reconciler.core.digest import proxy_digest
 from reconciler.core.healing import Cure, judge, suspect_zones
 from reconciler.core.naming import (
@@ -187,6 +188,7 @@ class _Planner:
         self.volumes: dict[str, tuple[str, ...]] = {}  # reachable host in fleet.yaml -> volumes
         self.fleets: dict[str, set[str]] = defaultdict(set)  # host -> other fleets' ids seen
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
+        self.room = Room(inventory, self.policy.overcommit)
         self._observe(inventory)
         self.suspect = suspect_zones(self._kept_running(), history)
 
@@ -429,7 +431,7 @@ class _Planner:
                 domain=name,
                 digest=digest,
             )
-        placed, why = self._place(proxy, prefer=prefer)
+        placed, why = self._place(proxy, made.machine_type, prefer=prefer)
         if placed is None:
             return stop(why)
         host = placed
@@ -439,6 +441,7 @@ class _Planner:
             too_long = f"domain name is longer than {MAX_DOMAIN_NAME} characters"
             return stop(too_long, host=host, domain=name, digest=digest)
         self.load[host] += 1
+        self.room.take(host, made.machine_type)
         vm = self._new(proxy, made, host)
         reason = f"new VM {why}"
         if replaces is None:
@@ -520,7 +523,9 @@ class _Planner:
             return [pin] if pin in self.hosts else []
         return self.zones.get(proxy.placement.zone, [])
 
-    def _place(self, proxy: Proxy, *, prefer: str | None) -> tuple[str | None, str]:
+    def _place(
+        self, proxy: Proxy, machine: MachineType, *, prefer: str | None
+    ) -> tuple[str | None, str]:
         """The host a new VM goes to (and why), or None and the reason there is none."""
         zone, pin = proxy.placement.zone, proxy.placement.host
         candidates = self._targets(proxy)
@@ -528,9 +533,14 @@ class _Planner:
             if pin is not None:
                 return None, f"pinned host {pin} is not in fleet.yaml"
             return None, f"zone {zone} has no hosts in fleet.yaml"
-        free = [h for h in candidates if h in self.reachable and self._has_room(h)]
+        counted = [h for h in candidates if h in self.reachable and self._has_room(h)]
+        short = {h: self.room.shortfall(self.hosts[h], machine) for h in counted}
+        free = [h for h in counted if not short[h]]
         if prefer in free:
             return prefer, f"on {prefer}, beside the VM it replaces"
+        if not free and short:
+            where = f"pinned host {pin}" if pin is not None else f"zone {zone}"
+            return None, f"{where} has no host with room: " + "; ".join(short.values())
         if not free:
             if pin is not None:
                 return None, f"pinned host {pin} is full (maxProxies {self._max(pin)})"

@@ -123,6 +123,21 @@ class Rollout:
 
 
 @dataclass(frozen=True, slots=True)
+class Overcommit:
+    """``policy.overcommit``: how far a host's resources may be promised, per resource.
+
+    A new VM fits a host when the vCPUs / memory of the running domains plus its
+    own stay within the host's CPUs / memory times ``cpu`` / ``memory``, and its
+    disk divided by ``disk`` (thin qcow2 overlays grow as the guest writes) fits
+    the pool's free space.
+    """
+
+    memory: float = 1.0
+    cpu: float = 4.0
+    disk: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Safety switches. ``max_deletes_per_run`` counts deletes and replace-deletes."""
 
@@ -132,6 +147,7 @@ class Policy:
     drift: DriftMode = DriftMode.CORRECT
     suspend: bool = False
     rollout: Rollout = Rollout()
+    overcommit: Overcommit = Overcommit()
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,16 @@ FAILURE_REASONS = frozenset({"crashed", "failed", "panicked"})
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a host has, as observed: the planner places new VMs only where they fit."""
+
+    cpus: int
+    memory_mib: int
+    pool_capacity_bytes: int
+    pool_available_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class HostInventory:
     """One host as observed. An unreachable host has no domains and an ``error``.
 
@@ -82,6 +92,9 @@ class HostInventory:
     domains: tuple[Domain, ...] = ()
     error: str | None = None
     volumes: tuple[str, ...] = ()
+    capacity: Capacity | None = None
+    """None when not read (an old inventory file, a fake): placement then counts only
+    maxProxies."""
 
 
 @dataclass(frozen=True, slots=True)

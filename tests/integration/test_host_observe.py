@@ -2,8 +2,9 @@
 listing, one metadata read per domain.
 
 The inventory of an idle host is what every reconcile pays for, so its cost is
-pinned: the pool looked up and its volumes listed (2 RPCs, for the leftovers of
-interrupted creates), ``virConnectGetAllDomainStats`` once, then
+pinned: the pool looked up, its volumes listed and its space read (3 RPCs, for the
+leftovers of interrupted creates and for placement), the node's CPUs and memory
+(1 RPC), ``virConnectGetAllDomainStats`` once, then
 ``virDomainGetMetadata`` once per domain (read several at a time), and nothing else.
 """
 
@@ -71,11 +72,16 @@ def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_fore
     for name in foreign:
         assert seen[name].owner is None
     assert marker in inventory.volumes
+    capacity = inventory.capacity
+    assert capacity is not None and capacity.cpus >= 1 and capacity.memory_mib > 0
+    assert 0 < capacity.pool_available_bytes <= capacity.pool_capacity_bytes
     listed = len(inventory.domains)
     assert dict(calls) == {
         "virConnectOpen": 1,
         "virStoragePoolLookupByName": 1,
         "virStoragePoolListAllVolumes": 1,
+        "virStoragePoolGetInfo": 1,
+        "virNodeGetInfo": 1,
         "virConnectGetAllDomainStats": 1,
         "virDomainGetMetadata": listed,
     }
