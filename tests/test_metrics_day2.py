@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reports import report
 
 from reconciler.adapters.metrics import Metrics
-from reconciler.model import Plan
+from reconciler.model import DomainRef, Plan
 from reconciler.model.history import Halt
 from reconciler.model.report import Condition
 
@@ -33,7 +33,11 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_nex
     bad = replace(
         bad,
         halt=HALT,
-        plan=replace(bad.plan, suspect_zones=("east",)),
+        plan=replace(
+            bad.plan,
+            suspect_zones=("east",),
+            paused=(DomainRef("kvm01", "pf-a"), DomainRef("kvm01", "pf-b")),
+        ),
         conditions=(*bad.conditions, Condition("RolloutHalted", True, "NewVmUnhealthy")),
     )
 
@@ -43,10 +47,12 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_nex
     assert seen[("proxyfleet_rollout_halted", ())] == 1
     assert seen[("proxyfleet_probe_path_suspect", (("zone", "east"),))] == 1
     assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 1
+    assert seen[("proxyfleet_vms_paused_io_error", (("host", "kvm01"),))] == 2
 
     metrics.record(replace(report(minute=5), plan=Plan()))
     seen = samples(metrics)
 
     assert seen[("proxyfleet_rollout_halted", ())] == 0
     assert ("proxyfleet_probe_path_suspect", (("zone", "east"),)) not in seen
+    assert ("proxyfleet_vms_paused_io_error", (("host", "kvm01"),)) not in seen
     assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 0

@@ -166,8 +166,8 @@ class FakeHypervisor:
         self._enter(call)
         with self._lock:
             existing = self._existing(domain, "virDomainLookupByName")
-            # As libvirt: shut off or crashed (destroyed first) starts; paused and running stay.
-            if existing.state in (DomainState.SHUTOFF, DomainState.CRASHED):
+            # As the real adapter: shut off or crashed (destroyed first) starts, paused resumes.
+            if existing.state in (DomainState.SHUTOFF, DomainState.CRASHED, DomainState.PAUSED):
                 self.domains[domain] = replace(existing, state=DomainState.RUNNING, reason="")
                 self.mutations.append(call)
 

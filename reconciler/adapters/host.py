@@ -50,7 +50,8 @@ class Hypervisor(Protocol):
         ...
 
     def start(self, domain: str) -> None:
-        """Start a defined, shut-off domain."""
+        """Start a shut-off domain, a crashed one (destroyed first), or resume a paused one.
+        Cost: 2 RPCs (lookup, state) + the start, destroy or resume."""
         ...
 
     def set_owner(self, domain: str, owner: Owner) -> None:

@@ -58,8 +58,11 @@ FAILURE_REASONS = {
     (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_FAILED): "failed",
     (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_PANICKED): "panicked",
     (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_UNKNOWN): "crashed",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR): "ioerror",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_USER): "user",
 }
-"""libvirt state reasons that say a domain went down through a failure (self-healing)."""
+"""libvirt state reasons the planner acts on: a domain down through a failure
+(self-healing), paused by the hypervisor on an I/O error (a full pool) or by a person."""
 OBSERVED_STATS = (
     libvirt.VIR_DOMAIN_STATS_STATE
     | libvirt.VIR_DOMAIN_STATS_VCPU
@@ -384,6 +387,10 @@ class LibvirtHost:
         state, _reason = self._session.call(
             "virDomainGetState", lambda _c: dom.state(), domain=domain
         )
+        if state == libvirt.VIR_DOMAIN_PAUSED:  # paused by the hypervisor (I/O error): resume
+            self._session.call("virDomainResume", lambda _c: dom.resume(), domain=domain)
+            log.info("host %s: resumed paused domain %s", self.name, domain)
+            return
         if state == libvirt.VIR_DOMAIN_CRASHED:  # kept by on_crash=preserve: destroy, then start
             self._session.call("virDomainDestroy", lambda _c: dom.destroy(), domain=domain)
             log.info("host %s: destroyed crashed domain %s before starting it", self.name, domain)

@@ -107,6 +107,12 @@ class Metrics:
             "healthy); no further replace until a new commit.",
             registry=r,
         )
+        self.paused_io_error = Gauge(
+            "proxyfleet_vms_paused_io_error",
+            "Owned VMs the hypervisor paused on an I/O error (a full pool, most often), by host.",
+            ["host"],
+            registry=r,
+        )
         self.probe_path_suspect = Gauge(
             "proxyfleet_probe_path_suspect",
             "1 for a zone where at least half the proxies fail their probe at once "
@@ -164,6 +170,9 @@ class Metrics:
             self.probe_path_suspect.clear()
             for zone in report.plan.suspect_zones:
                 self.probe_path_suspect.labels(zone).set(1)
+            self.paused_io_error.clear()
+            for ref in report.plan.paused:
+                self.paused_io_error.labels(ref.host).inc()
         for outcome in report.outcomes:
             self.applied.labels(outcome.action.kind.value, outcome.result.value).inc()
         if report.result == RunResult.STALLED or report.plan is None:

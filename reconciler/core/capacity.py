@@ -74,6 +74,11 @@ class Room:
             )
         return ""
 
+    def pool_free(self, host: str) -> int | None:
+        """Bytes free in ``host``'s pool as observed (None: not observed)."""
+        have = self.capacity.get(host)
+        return have.pool_available_bytes if have is not None else None
+
     def take(self, host: str, machine: MachineType) -> None:
         """Count ``machine`` as placed on ``host`` by this plan."""
         self.vcpus[host] += machine.vcpus

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from reconciler.core.capacity import Room
+from reconciler.core.capacity import GIB, Room
 from reconciler.core.digest import proxy_digest
 from reconciler.core.healing import Cure, judge, suspect_zones
 from reconciler.core.naming import (
@@ -85,6 +85,8 @@ PROTECTED = "protected (lifecycle.protect)"
 PRUNE_OFF = "its manifest is gone but prune is off"
 EMPTY = "the desired set is empty and allowEmpty is false"
 UNRESOLVED = "its image or machine type does not resolve in fleet.yaml"
+RESUME_ROOM = GIB
+"""Free pool space at which a VM paused on an I/O error is resumed."""
 
 A = TypeVar("A", Keep, Start, Delete, Abandon)
 
@@ -258,7 +260,15 @@ class _Planner:
         actions.extend(self._cleanups(actions))
         if self.policy.suspend:
             actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
-        return Plan(actions=(*actions, *self.abandoned), suspect_zones=tuple(self.suspect))
+        return Plan(
+            actions=(*actions, *self.abandoned),
+            suspect_zones=tuple(self.suspect),
+            paused=tuple(
+                vm.ref
+                for _, vm in sorted(self.vms.items())
+                if vm.state is DomainState.PAUSED and vm.observed.reason == "ioerror"
+            ),
+        )
 
     # -- one proxy ---------------------------------------------------------------------------
 
@@ -355,11 +365,29 @@ class _Planner:
             if self.policy.drift is DriftMode.CORRECT:
                 return vm.action(Start, "shut off; drift: correct starts it")
             return vm.action(Keep, "shut off; drift: detect only reports it")
+        if state is DomainState.PAUSED and vm.observed.reason == "ioerror":
+            return self._paused_by_io_error(vm)
         if state is DomainState.PAUSED:
             return vm.action(Keep, "paused; left as it is (resume it by hand)")
         if state is DomainState.CRASHED:
             return vm.action(Keep, "crashed; left for inspection")
         return vm.action(Keep, f"in state {state.value}; left as it is")
+
+    def _paused_by_io_error(self, vm: _Vm) -> Action:
+        """A VM the hypervisor paused on an I/O error (a full pool, most often): resumed under
+        drift: correct once its pool has ``RESUME_ROOM`` free again, else reported."""
+        pool = self.hosts[vm.host].pool
+        what = "paused by the hypervisor (I/O error)"
+        free = self.room.pool_free(vm.host)
+        if free is None:
+            room, has_room = f"free space of pool {pool} unknown", False
+        else:
+            room, has_room = f"pool {pool} has {free / GIB:.1f} GiB free", free >= RESUME_ROOM
+        if self.policy.drift is not DriftMode.CORRECT:
+            return vm.action(Keep, f"{what}; {room}; drift: detect only reports it")
+        if not has_room:
+            return vm.action(Keep, f"{what}; {room}; resumed once it has {RESUME_ROOM // GIB} GiB")
+        return vm.action(Start, f"{what}; {room}; drift: correct resumes it")
 
     def _delete(
         self, proxy: Proxy, vm: _Vm, reason: str, *, keeper: Keeper | None = None

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reconciler.adapters.host import Hypervisor
+from reconciler.core.planner import UP_TO_DATE
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet
@@ -244,6 +245,8 @@ def _after(
         status = replace(status, detail=failure)
     elif kind in (ActionKind.BLOCKED, ActionKind.ABANDON):
         status = replace(status, detail=f"{kind.value}: {action.reason}")
+    elif kind is ActionKind.KEEP and action.reason != UP_TO_DATE:
+        status = replace(status, detail=action.reason)  # why a VM that is not right stays
     return _Target(status)
 
 

@@ -198,6 +198,8 @@ class Plan:
     suspect_zones: tuple[str, ...] = ()
     """Zones where at least half the proxies fail their probe at once: the probe path is
     suspect, so none of them is replaced for it."""
+    paused: tuple[DomainRef, ...] = ()
+    """Owned VMs the hypervisor paused on an I/O error (a full pool, most often)."""
 
     def summary(self) -> dict[str, int]:
         counts = Counter(a.kind for a in self.actions)

@@ -114,3 +114,23 @@ def test_a_running_vm_reports_its_vcpus_and_memory_so_a_hand_edit_shows(
         assert (after.vcpus, after.memory_mib) == (2, spec.machine_type.memory_mib)
     else:
         assert (after.vcpus, after.memory_mib) == (spec.machine_type.vcpus, 192)
+
+
+def test_a_vm_paused_by_a_person_says_so_and_start_resumes_a_paused_vm(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("pause-1", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    local_conn.lookupByName(spec.domain).suspend()
+
+    paused = observed(adapter, spec.domain)
+    assert (paused.state, paused.reason) == (DomainState.PAUSED, "user")
+
+    adapter.start(spec.domain)
+    assert observed(adapter, spec.domain).state is DomainState.RUNNING
