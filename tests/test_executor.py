@@ -560,3 +560,23 @@ def test_a_replace_failing_for_a_host_error_stops_later_batches_but_halts_nothin
 
     assert (first.result, first.halts) == (ActionResult.FAILED, False)
     assert second.result is ActionResult.SKIPPED
+
+
+def test_a_new_vm_deleted_by_someone_else_while_waiting_is_named_so_and_halts_nothing() -> None:
+    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=600, poll_interval=5))
+    old = old_vm(host, "a")
+    host.auto_ip = False
+
+    def delete_it(method: str, target: str) -> None:
+        if method == "addresses" and target == "pf-home-a-dddddddd":
+            host.domains.pop(target, None)
+
+    host.on_call = delete_it
+
+    (outcome,) = run.execute(replace("a"))
+
+    assert (outcome.result, outcome.halts) == (ActionResult.FAILED, False)
+    assert "was deleted by someone else while waiting for its health check" in outcome.error
+    assert "did not become healthy" not in outcome.error
+    assert old in host.domains
+    assert run.time.elapsed < 600

@@ -307,6 +307,11 @@ class Executor:
         self._create(action, host, attempts)
         timeout = self._settings.replace_timeout
         checked, why = self._await_healthy(host, domain, action.vm.health)
+        if not checked.found:
+            raise ActionFailed(
+                f"new VM {domain} on {host.name} was deleted by someone else while waiting "
+                f"for its health check; old VM {old.domain} on {old.host} kept"
+            )
         if why and not self._runtime.stop.is_set():
             raise NotHealthy(
                 f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
@@ -350,6 +355,11 @@ class Executor:
             return
         timeout = self._settings.replace_timeout
         checked, why = self._await_healthy(self._host(keeper.host), keeper.domain, keeper.health)
+        if not checked.found:
+            raise ActionFailed(
+                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, was deleted "
+                f"by someone else while waiting for its health check; {domain} kept"
+            )
         if why:
             raise ActionFailed(
                 f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, did not "
