@@ -35,9 +35,11 @@ def keygen(path: Path, *, passphrase: str = "") -> Path:
     return path
 
 
-def libvirt_error(code: int, domain: int = libvirt.VIR_FROM_QEMU) -> libvirt.libvirtError:
+def libvirt_error(
+    code: int, domain: int = libvirt.VIR_FROM_QEMU, *, message: str = ""
+) -> libvirt.libvirtError:
     exc = libvirt.libvirtError("failed")
-    exc.err = (code, domain, f"message for {code}", 2, None, None, None, 0, 0)
+    exc.err = (code, domain, message or f"message for {code}", 2, None, None, None, 0, 0)
     return exc
 
 
@@ -244,3 +246,19 @@ def test_the_bridge_socket_is_private_and_removed_on_close(
     assert bridge.uri == f"qemu+unix:///system?socket={bridge.path}"
     bridge.close()
     assert not directory.exists()
+
+
+def test_a_full_pool_is_permanent_for_the_run_though_libvirt_calls_it_a_system_error() -> None:
+    error = classify(
+        libvirt_error(
+            libvirt.VIR_ERR_SYSTEM_ERROR,
+            libvirt.VIR_FROM_STORAGE,
+            message="cannot write to '/var/lib/libvirt/images/base': No space left on device",
+        ),
+        host="kvm1",
+        rpc="virStorageVolUpload",
+        link_alive=True,
+    )
+
+    assert isinstance(error, PermanentError)
+    assert "No space left on device" in str(error)

@@ -26,7 +26,7 @@ import libvirt
 
 from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hostcheck import HostReport, check_host
-from reconciler.adapters.libvirtrpc import LibvirtSession, RpcObserver
+from reconciler.adapters.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
 from reconciler.adapters.unusedvolumes import remove_unused
 from reconciler.core.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.metadata import (
@@ -37,7 +37,7 @@ from reconciler.core.metadata import (
     parse_owner,
 )
 from reconciler.core.seediso import seed_iso
-from reconciler.errors import NotFoundError, PermanentError, TransientError
+from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
 from reconciler.model.inventory import Capacity
 from reconciler.model.settings import SshSettings
@@ -197,7 +197,25 @@ class LibvirtHost:
         return replace(seen, name=name, owner=owner)
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
-        self._images.ensure(image, local_file)
+        try:
+            self._images.ensure(image, local_file)
+        except PermanentError as exc:
+            if NO_SPACE not in str(exc):
+                raise
+            raise PermanentError(
+                f"pool {self._host.pool} on {self.name} is full "
+                f"({self._pool_free_text()} free) uploading image {image.key}: {exc}",
+                host=self.name,
+                rpc=exc.rpc,
+            ) from exc
+
+    def _pool_free_text(self) -> str:
+        try:
+            pool = self._images.pool()
+            info = self._session.call("virStoragePoolGetInfo", lambda _c: pool.info())
+        except HostError:
+            return "unknown space"
+        return f"{int(info[3]) / 2**30:.1f} GiB"
 
     def create(self, spec: VmSpec) -> None:
         """Idempotent: an existing domain is only started; overlay reused, seed rebuilt."""

@@ -71,6 +71,8 @@ TRANSIENT = frozenset(
         libvirt.VIR_ERR_AGENT_UNSYNCED,
     }
 )
+NO_SPACE = "No space left on device"
+"""ENOSPC as libvirt words it (a system error, otherwise transient): permanent for the run."""
 LINK_DOMAINS = frozenset({libvirt.VIR_FROM_RPC, libvirt.VIR_FROM_REMOTE})
 """Error domains that speak about the connection itself, not about the object."""
 
@@ -88,6 +90,8 @@ def classify(exc: libvirt.libvirtError, *, host: str, rpc: str, link_alive: bool
     message = exc.get_error_message() or str(exc)
     if code in NOT_FOUND:
         kind: type[HostError] = NotFoundError
+    elif NO_SPACE in message:  # a full pool stays full for this run: no retry
+        kind = PermanentError
     elif code in TRANSIENT or not link_alive or _stale_handle(exc):
         kind = TransientError
     else:

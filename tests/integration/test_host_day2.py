@@ -134,3 +134,58 @@ def test_a_vm_paused_by_a_person_says_so_and_start_resumes_a_paused_vm(
 
     adapter.start(spec.domain)
     assert observed(adapter, spec.domain).state is DomainState.RUNNING
+
+
+@pytest.fixture
+def full_pool(local_conn: Any) -> Any:
+    """A dir pool on a 2 MiB tmpfs: any real upload fills it."""
+    import secrets
+    import subprocess
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    from conftest import remove_pool
+
+    name = f"pf-it-full-{secrets.token_hex(3)}"
+    directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/var/tmp"))
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=755", name, str(directory)], check=True
+    )
+    pool_xml = ET.Element("pool", {"type": "dir"})
+    ET.SubElement(pool_xml, "name").text = name
+    ET.SubElement(ET.SubElement(pool_xml, "target"), "path").text = str(directory)
+    handle = local_conn.storagePoolDefineXML(ET.tostring(pool_xml, encoding="unicode"), 0)
+    try:
+        handle.create(0)
+        yield name
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+        remove_pool(handle)
+
+
+def test_an_upload_into_a_full_pool_fails_at_once_naming_the_pool_and_its_free_space(
+    make_host: Callable[..., LibvirtHost], host: Any, full_pool: str, tmp_path: Path
+) -> None:
+    import dataclasses
+    import hashlib
+
+    from reconciler.errors import PermanentError
+    from reconciler.model import Firmware, Image, ImageFormat
+
+    path = tmp_path / "big.raw"
+    path.write_bytes(os.urandom(8 * 2**20))
+    image = Image(
+        key="big",
+        url=path.as_uri(),
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        format=ImageFormat.RAW,
+        firmware=Firmware.BIOS,
+    )
+    adapter = make_host(dataclasses.replace(host, pool=full_pool))
+
+    with pytest.raises(PermanentError) as raised:
+        adapter.ensure_image(image, path)
+
+    message = str(raised.value)
+    assert f"pool {full_pool} on it1 is full" in message and "GiB free" in message
+    assert "No space left on device" in message
