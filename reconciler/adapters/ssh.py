@@ -16,10 +16,14 @@ after a drop. Failures are classified here, once:
 The remote libvirt socket is reached with an OpenSSH
 ``direct-streamlocal@openssh.com`` channel. A server that refuses it gets an
 exec of ``virt-ssh-helper qemu:///system`` instead; the choice is remembered
-for the connection. OpenSSH refuses with "Connect failed" whether forwarding
-is off (``AllowStreamLocalForwarding no``, and also ``AllowTcpForwarding no``,
-which empties its permitted-open list) or the socket is missing, so any
-refusal tries the helper. Nothing runs on the hypervisor but sshd and libvirt.
+for ``STREAMLOCAL_RETRY`` seconds, then streamlocal is tried again. OpenSSH
+refuses with "Connect failed" both when forwarding is off
+(``AllowStreamLocalForwarding no``, and also ``AllowTcpForwarding no``, which
+empties its permitted-open list) and when the socket is missing (libvirtd
+stopped or restarting), so a refusal is told apart by asking the host whether
+the socket exists (``test -S``): missing is a TransientError that keeps
+streamlocal, present means forwarding is refused and the helper is used.
+Nothing runs on the hypervisor but sshd and libvirt.
 
 ``SocketBridge`` exposes such channels as a local unix socket in a private
 0700 directory that libvirt-python opens as ``qemu+unix:///system?socket=...``.
@@ -33,6 +37,7 @@ import hashlib
 import logging
 import os
 import select
+import shlex
 import socket
 import stat
 import tempfile
@@ -52,6 +57,8 @@ log = logging.getLogger("reconciler.ssh")
 
 STREAMLOCAL = "direct-streamlocal@openssh.com"
 SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
+STREAMLOCAL_RETRY = 300.0
+"""Seconds a connection keeps using the helper after sshd refused forwarding."""
 _RSA_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256")
 _CHUNK = 256 * 1024
 _DEFAULT_PACKET = 32768
@@ -166,7 +173,7 @@ class SshConnection:
         self._settings = settings
         self._lock = threading.Lock()
         self._transport: paramiko.Transport | None = None
-        self._streamlocal_refused = False
+        self._refused_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -174,8 +181,10 @@ class SshConnection:
 
     @property
     def streamlocal_refused(self) -> bool:
-        """True once this connection's server refused unix socket forwarding."""
-        return self._streamlocal_refused
+        """True while this connection uses the helper because sshd refused forwarding (for
+        ``STREAMLOCAL_RETRY`` seconds after the refusal)."""
+        at = self._refused_at
+        return at is not None and time.monotonic() - at < STREAMLOCAL_RETRY
 
     @property
     def current(self) -> paramiko.Transport | None:
@@ -197,7 +206,7 @@ class SshConnection:
                 log.info("SSH connection to %s dropped; redialling", self.name)
                 current.close()
             self._transport = self._dial()
-            self._streamlocal_refused = False
+            self._refused_at = None
             return self._transport
 
     def close(self) -> None:
@@ -287,21 +296,28 @@ class SshConnection:
         """A fresh channel speaking the libvirt RPC protocol to the host's libvirtd."""
         transport = self.transport()
         timeout = self._settings.connect_timeout
-        if not self._streamlocal_refused:
+        if not self.streamlocal_refused:
             try:
                 return open_streamlocal(transport, self._host.socket, timeout=timeout)
             except paramiko.ChannelException as exc:
-                # OpenSSH answers "Connect failed" both when forwarding is off
-                # (AllowStreamLocalForwarding no, or AllowTcpForwarding no)
-                # and when the socket is missing, so any refusal tries the helper.
+                # OpenSSH answers "Connect failed" both when forwarding is off and
+                # when the socket is missing: ask the host which one it is.
+                if socket_exists(transport, self._host.socket, timeout=timeout) is False:
+                    raise TransientError(
+                        f"libvirt's socket {self._host.socket} is missing on {self.name} "
+                        "(libvirtd stopped or restarting)",
+                        host=self._host.name,
+                    ) from exc
                 log.info(
-                    "sshd on %s refused forwarding to %s (%s); using %s",
+                    "sshd on %s refuses unix socket forwarding to %s (%s; the socket exists); "
+                    "using %s for %.0f s",
                     self.name,
                     self._host.socket,
                     exc.text,
                     SSH_HELPER_COMMAND,
+                    STREAMLOCAL_RETRY,
                 )
-                self._streamlocal_refused = True
+                self._refused_at = time.monotonic()
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise TransientError(
                     f"opening a channel to {self.name} failed: {exc}", host=self._host.name
@@ -314,6 +330,26 @@ class SshConnection:
                 f"running {SSH_HELPER_COMMAND} on {self.name} failed: {exc}", host=self._host.name
             ) from exc
         return channel
+
+
+def socket_exists(transport: paramiko.Transport, path: str, *, timeout: float) -> bool | None:
+    """Whether a unix socket exists at ``path`` on the host (``test -S``); None when the
+    host does not say (no shell, a forced command, no answer in time)."""
+    quoted = shlex.quote(path)
+    try:
+        channel = transport.open_session(timeout=timeout)
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    try:
+        channel.exec_command(f"test -S {quoted}")
+        if not channel.status_event.wait(timeout):
+            return None
+        status = channel.recv_exit_status()
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    finally:
+        channel.close()
+    return {0: True, 1: False}.get(status)
 
 
 def open_streamlocal(

@@ -196,3 +196,18 @@ def test_a_call_without_answer_fails_transient_at_its_deadline_and_the_next_call
                 os.kill(pid, signal.SIGCONT)
 
     assert adapter.observe().reachable
+
+
+def test_a_missing_libvirt_socket_is_transient_and_never_switches_to_the_helper(
+    make_host: Callable[..., LibvirtHost], host: Host
+) -> None:
+    # What a libvirtd restart looks like from here: sshd says "Connect failed" as it
+    # does for refused forwarding, but the socket is not there.
+    adapter = make_host(replace(host, socket="/run/libvirt/restarting-sock"))
+
+    with pytest.raises(TransientError) as raised:
+        adapter.observe()
+
+    assert "is missing on" in str(raised.value)
+    assert "libvirtd stopped or restarting" in str(raised.value)
+    assert adapter.session.via == "streamlocal"
