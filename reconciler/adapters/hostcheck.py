@@ -52,8 +52,22 @@ def version_text(number: int) -> str:
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
 
 
+@dataclass(frozen=True, slots=True)
+class Need:
+    """Room one more VM needs on a host: the fleet's largest machine type."""
+
+    disk_bytes: int = 0
+    memory_mib: int = 0
+    what: str = ""
+    """Which machine type, for the message (``large: 4 vCPUs, 8 GiB, 40 GiB disk``)."""
+
+
 def check_host(
-    session: LibvirtSession, images: BaseImages, *, need_uefi: bool = True
+    session: LibvirtSession,
+    images: BaseImages,
+    *,
+    need_uefi: bool = True,
+    need: Need = Need(),
 ) -> HostReport:
     host = session.host
     items: list[CheckItem] = []
@@ -92,6 +106,11 @@ def check_host(
                 f"pool {host.pool!r} exists but is not active (virsh pool-start {host.pool})"
             )
         free, total = available / 2**30, capacity / 2**30
+        if available < need.disk_bytes:
+            raise _Failed(
+                f"pool {host.pool!r}: {free:.1f} GiB free of {total:.1f} GiB, needs "
+                f"{need.disk_bytes / 2**30:.1f} GiB for one VM of {need.what}"
+            )
         return f"pool {host.pool!r} active, {free:.1f} GiB free of {total:.1f} GiB"
 
     def network() -> str:
@@ -138,7 +157,10 @@ def check_host(
         info = session.call("virNodeGetInfo", lambda c: c.getInfo())
         free = session.call("virNodeGetFreeMemory", lambda c: c.getFreeMemory())
         facts.update(cpus=int(info[2]), memory=int(info[1]), free_memory=int(free) // 2**20)
-        return f"{info[2]} CPUs, {info[1]} MiB memory ({facts['free_memory']} MiB free)"
+        text = f"{info[2]} CPUs, {info[1]} MiB memory ({facts['free_memory']} MiB free)"
+        if facts["free_memory"] < need.memory_mib:
+            raise _Failed(f"{text}: needs {need.memory_mib} MiB free for one VM of {need.what}")
+        return text
 
     for name, check in (
         ("libvirt", versions),

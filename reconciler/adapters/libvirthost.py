@@ -25,7 +25,7 @@ from typing import Any
 import libvirt
 
 from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
-from reconciler.adapters.hostcheck import HostReport, check_host
+from reconciler.adapters.hostcheck import HostReport, Need, check_host
 from reconciler.adapters.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
 from reconciler.adapters.unusedvolumes import remove_unused
 from reconciler.core.domainxml import domain_xml, overlay_volume_xml
@@ -362,9 +362,9 @@ class LibvirtHost:
                 return ips
         return ()
 
-    def host_check(self, *, need_uefi: bool = True) -> HostReport:
+    def host_check(self, *, need_uefi: bool = True, need: Need | None = None) -> HostReport:
         """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError."""
-        return check_host(self._session, self._images, need_uefi=need_uefi)
+        return check_host(self._session, self._images, need_uefi=need_uefi, need=need or Need())
 
     def close(self) -> None:
         self._session.close()

@@ -35,7 +35,7 @@ from reconciler.model import Firmware, Host, Repo
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hostcheck import HostReport
+    from reconciler.adapters.hostcheck import HostReport, Need
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -79,7 +79,7 @@ def run_check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"proxyfleet: no such host in fleet.yaml: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_ERROR
-    reports = check_hosts(hosts, ssh, need_uefi=needs_uefi(repo))
+    reports = check_hosts(hosts, ssh, need_uefi=needs_uefi(repo), need=largest_vm(repo))
     if args.json:
         print(json.dumps([report_json(r) for r in reports], indent=2))
     else:
@@ -94,7 +94,26 @@ def needs_uefi(repo: Repo) -> bool:
     return direct or any(i.firmware is Firmware.UEFI for i in repo.fleet.images)
 
 
-def check_hosts(hosts: list[Host], ssh: SshSettings, *, need_uefi: bool) -> list[HostReport]:
+def largest_vm(repo: Repo) -> Need:
+    """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
+    from reconciler.adapters.hostcheck import Need  # libvirt loads only when needed
+
+    machines = repo.fleet.machine_types
+    if not machines:
+        return Need()
+    disk = max(machines, key=lambda m: (m.disk_gib, m.memory_mib))
+    memory = max(machines, key=lambda m: (m.memory_mib, m.disk_gib))
+    return Need(
+        disk_bytes=disk.disk_gib * 2**30,
+        memory_mib=memory.memory_mib,
+        what=f"the largest machine type ({disk.key}: {disk.disk_gib} GiB disk; "
+        f"{memory.key}: {memory.memory_mib} MiB)",
+    )
+
+
+def check_hosts(
+    hosts: list[Host], ssh: SshSettings, *, need_uefi: bool, need: Need | None = None
+) -> list[HostReport]:
     from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
 
     reports: dict[str, HostReport] = {}
@@ -103,7 +122,7 @@ def check_hosts(hosts: list[Host], ssh: SshSettings, *, need_uefi: bool) -> list
     def check(host: Host) -> None:
         adapter = LibvirtHost(host, ssh)
         try:
-            report = adapter.host_check(need_uefi=need_uefi)
+            report = adapter.host_check(need_uefi=need_uefi, need=need)
         finally:
             adapter.close()
         with lock:

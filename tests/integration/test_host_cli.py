@@ -134,3 +134,24 @@ def test_hosts_check_passes_for_a_ready_host_and_exits_2_naming_the_one_that_is_
     assert reports[host.name]["libvirt_version"]
     assert reports["gone"]["ok"] is False
     assert reports["gone"]["items"][0]["name"] == "ssh"
+
+
+def test_hosts_check_fails_a_pool_too_small_for_the_largest_machine_type_with_the_numbers(
+    host: Host, ssh_keys: SshKeys, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = fleet_repo(tmp_path / "repo", host)
+    fleet = repo / "fleet.yaml"
+    fleet.write_text(
+        fleet.read_text().replace(
+            "      diskGiB: 1\n",
+            "      diskGiB: 1\n    huge:\n      vcpus: 1\n      memoryMiB: 256\n"
+            "      diskGiB: 1000000\n",
+        )
+    )
+
+    code = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name])
+    out = capsys.readouterr().out
+
+    assert code == 2, out
+    assert f"pool '{host.pool}': " in out
+    assert "needs 1000000.0 GiB for one VM of the largest machine type (huge" in out
