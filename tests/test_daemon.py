@@ -207,3 +207,28 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
     fake.fetch_error = ""
     cycle(threading.Event())
     assert seen == [False, False, True]
+
+
+def test_a_long_cycle_that_keeps_finishing_actions_is_alive_and_one_that_stops_is_hung(
+    settings: DaemonSettings,
+) -> None:
+    from reconciler.engine.daemon import HUNG_AFTER_MIN
+    from reconciler.engine.runtime import Progress
+
+    now = [0.0]
+    hung = max(3 * settings.interval, HUNG_AFTER_MIN)
+    progress = Progress(monotonic=lambda: now[0])
+    daemon = make(settings, FakeCycle(), monotonic=lambda: now[0], progress=progress)
+    daemon.http.start()
+    try:
+        daemon._cycle_started = 10.0  # a cycle (a long rollout) started at t=10
+        now[0] = 10.0 + hung + 1
+        assert not daemon.alive()
+
+        progress.touch()  # a replace of its next batch finished
+        assert daemon.alive()
+
+        now[0] += hung + 1  # and then nothing more
+        assert not daemon.alive()
+    finally:
+        daemon.http.stop()

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             status=status,
             notifier=SdNotify(),
             stop=stop,
+            progress=engine.runtime.progress,
         )
     except OSError as exc:
         print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)

@@ -29,6 +29,7 @@ from reconciler.adapters.metrics import CONTENT_TYPE, Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.source import Checkout, Source
 from reconciler.adapters.statuswriter import StatusSink
+from reconciler.engine.runtime import Progress
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
 from reconciler.model.report import Condition, RunReport, RunResult
@@ -134,6 +135,7 @@ class Daemon:
         rand: Callable[[], float] = random.random,
         handle_signals: bool = True,
         follow_up: float = FOLLOW_UP,
+        progress: Progress | None = None,
     ) -> None:
         self.settings = settings
         self.stop = stop if stop is not None else threading.Event()
@@ -154,6 +156,7 @@ class Daemon:
         self._started_at = monotonic()
         self._last_completed: float | None = None
         self._cycle_started: float | None = None
+        self._progress = progress
         self._lock = threading.Lock()
         self.http = HttpApi(
             settings.listen,
@@ -179,11 +182,17 @@ class Daemon:
         return age < limit, ("ok: " if age < limit else "stale: ") + text
 
     def alive(self) -> bool:
-        """False only when one cycle has been running for too long (hung): no more WATCHDOG=1."""
+        """False only when one cycle has gone too long without finishing an action (hung):
+        no more WATCHDOG=1. A long rollout that keeps finishing replaces is alive."""
         with self._lock:
             started = self._cycle_started
+        if started is None:
+            return True
+        last = self._progress.last if self._progress is not None else None
+        if last is not None and last > started:
+            started = last
         hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
-        return started is None or self._monotonic() - started < hung_after
+        return self._monotonic() - started < hung_after
 
     def _webhook_secret(self) -> bytes | None:
         path = self.settings.webhook.secret_file

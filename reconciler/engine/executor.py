@@ -179,6 +179,7 @@ class Executor:
                         return
                     index = queue.popleft()
                 outcome = self._run_guarded(actions[index])
+                self._runtime.progress.touch()
                 with lock:
                     results[index] = outcome
 

@@ -18,6 +18,23 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Progress:
+    """When the engine last finished something (monotonic seconds; None: nothing yet).
+
+    A long rollout is one long cycle; the daemon's watchdog asks this, not the
+    cycle's age alone, whether the cycle is hung.
+    """
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self.last: float | None = None
+
+    def touch(self) -> None:
+        with self._lock:
+            self.last = self._monotonic()
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """Time, randomness and the stop request, as the engine sees them.
@@ -34,6 +51,8 @@ class Runtime:
     sleep: Callable[[float], object] = time.sleep
     random: Callable[[], float] = random.random
     stop: threading.Event = field(default_factory=threading.Event)
+    progress: Progress = field(default_factory=Progress)
+    """Touched by the executor whenever an action ends."""
 
     @classmethod
     def interruptible(cls, stop: threading.Event | None = None) -> Runtime:
