@@ -33,7 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
+    for command_parser in sub.choices.values():
+        command_parser.description = plain(command_parser.description)
     return parser
+
+
+def plain(text: str | None) -> str | None:
+    """Help text as a terminal shows it: the module docstrings' RST literals (``x``)
+    become plain x."""
+    return text.replace("``", "") if text is not None else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""``proxyfleet validate [DIR]``: check a fleet repo, for its CI and pre-commit hook.
+"""``proxyfleet validate [--repo DIR]``: check a fleet repo, for its CI and pre-commit hook.
 
 Prints every problem as ``path:line:col: field.path: message`` on stderr (paths
 relative to DIR) and exits 1; a valid repo prints one summary line and exits 0.
@@ -24,19 +24,28 @@ def register(sub: Any) -> None:
         description="Check every manifest of a fleet repo. Errors go to stderr, one per line.",
     )
     parser.add_argument(
-        "dir",
-        nargs="?",
-        default=".",
+        "--repo",
         type=Path,
         metavar="DIR",
-        help="root of the fleet repo (default: the current directory)",
+        help="the fleet repo (the directory holding fleet.yaml; default: .)",
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        metavar="DIR",
+        help="the same as --repo, the older way to say it",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repo is not None and args.dir is not None and args.repo != args.dir:
+        print("proxyfleet validate: give the repo once (--repo or DIR)", file=sys.stderr)
+        return 1
+    root = args.repo or args.dir or Path(".")
     try:
-        repo = load_repo(args.dir)
+        repo = load_repo(root)
     except InvalidInput as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

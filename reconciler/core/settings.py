@@ -16,6 +16,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
+from reconciler.core import durations
 from reconciler.core.schemacheck import did_you_mean
 from reconciler.core.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
@@ -80,6 +81,8 @@ def _problem(doc: Document, err: ValidationError) -> Problem:
             message = f"unknown field{did_you_mean(extra[0], known)}; known: {', '.join(known)}"
     elif err.validator == "pattern" and path == ("listen",):
         message = f"{err.instance!r} is not host:port (for example 127.0.0.1:9477)"
+    elif err.validator == "oneOf" and isinstance(err.schema, Mapping) and "x-message" in err.schema:
+        message = f"{err.schema['x-message']} (got {err.instance!r})"
     elif err.validator == "required":
         message = f"missing required field {err.message.split(' ')[0]}"
     return Problem(doc.file, mark.line, mark.column, format_path(path), message)
@@ -118,7 +121,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
             fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
         ),
-        interval=float(doc.get("interval", 300)),
+        interval=durations.seconds(doc.get("interval", 300)),
         jitter=float(doc.get("jitter", 0.1)),
         ssh=SshSettings(
             key_file=_path(ssh.get("keyFile"), base) or defaults.key_file,
