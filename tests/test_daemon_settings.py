@@ -93,7 +93,8 @@ def test_every_problem_is_reported_at_once_with_file_line_and_column() -> None:
         "repo:\n  url: /srv/fleet\ninterval: soon\nlisten: localhost\nlog: {format: xml}\n"
     )
     assert found == [
-        "proxyfleet.yaml:3:1: interval: must be a number of seconds (at least 1) or a duration such as 30s, 5m, 1h or 1h30m (got 'soon')",
+        "proxyfleet.yaml:3:1: interval: must be a number of seconds (at least 1) or a duration "
+        "such as 30s, 5m, 1h or 1h30m (got 'soon')",
         "proxyfleet.yaml:4:1: listen: 'localhost' is not host:port (for example 127.0.0.1:9477)",
         "proxyfleet.yaml:5:7: log.format: 'xml' is not one of ['logfmt', 'json']",
     ]
