@@ -130,7 +130,7 @@ def check_host(
             if exc.code == libvirt.VIR_ERR_NO_INTERFACE:
                 raise _Failed(f"bridge {name!r} does not exist on the host") from exc
             if exc.code == libvirt.VIR_ERR_NO_SUPPORT:
-                return f"bridge {name!r} not checked: libvirt has no interface driver here"
+                return bridge_from_sysfs(session, name)
             raise
         active = session.call("virInterfaceIsActive", lambda _c: iface.isActive(), bridge=name)
         if not active:
@@ -180,6 +180,29 @@ def check_host(
         free_memory_mib=facts.get("free_memory", 0),
         pool_free_bytes=facts.get("pool_free", 0),
     )
+
+
+NO_INTERFACE_DRIVER = (
+    "install libvirt's interface driver (Debian 13 and recent Ubuntu: "
+    "libvirt-daemon-driver-interface; Debian 12: part of libvirt-daemon) "
+    "or let the SSH user run test"
+)
+
+
+def bridge_from_sysfs(session: LibvirtSession, name: str) -> str:
+    """A bridge checked without libvirt's interface driver (on Debian 13 only a Recommends):
+    /sys/class/net/<name>/bridge exists on the host for a bridge, and only for one."""
+    found = session.test_path("-d", f"/sys/class/net/{name}/bridge")
+    if found is None:
+        raise _Failed(
+            f"bridge {name!r} cannot be checked: libvirt has no interface driver here and the "
+            f"host did not answer test -d /sys/class/net/{name}/bridge; {NO_INTERFACE_DRIVER}"
+        )
+    if not found:
+        raise _Failed(
+            f"bridge {name!r} does not exist on the host (no /sys/class/net/{name}/bridge)"
+        )
+    return f"bridge {name!r} present (seen in /sys/class/net; libvirt has no interface driver)"
 
 
 class _Failed(Exception):

@@ -284,6 +284,10 @@ class LibvirtSession:
                 TRACE, "rpc=%s host=%s %s %s:\n%s", rpc, self.host.name, _fields(ids), what, text
             )
 
+    def test_path(self, flag: str, path: str) -> bool | None:
+        """``test <flag> <path>`` on the host over the SSH link; None when it cannot tell."""
+        return self._ssh.test_path(flag, path)
+
     def connection(self) -> Any:
         """The live libvirt connection, dialling (SSH, bridge, libvirt) when needed."""
         with self._lock:

@@ -292,6 +292,14 @@ class SshConnection:
                 f"SSH server {self.name} wants more than public-key authentication", host=host
             )
 
+    def test_path(self, flag: str, path: str) -> bool | None:
+        """``test <flag> <path>`` on the host (see ``remote_test``); None when it cannot tell."""
+        try:
+            transport = self.transport()
+        except HostError:
+            return None
+        return remote_test(transport, flag, path, timeout=self._settings.connect_timeout)
+
     def open_libvirt_channel(self) -> paramiko.Channel:
         """A fresh channel speaking the libvirt RPC protocol to the host's libvirtd."""
         transport = self.transport()
@@ -335,13 +343,21 @@ class SshConnection:
 def socket_exists(transport: paramiko.Transport, path: str, *, timeout: float) -> bool | None:
     """Whether a unix socket exists at ``path`` on the host (``test -S``); None when the
     host does not say (no shell, a forced command, no answer in time)."""
-    quoted = shlex.quote(path)
+    return remote_test(transport, "-S", path, timeout=timeout)
+
+
+def remote_test(
+    transport: paramiko.Transport, flag: str, path: str, *, timeout: float
+) -> bool | None:
+    """``test <flag> <path>`` on the host over an exec channel: True, False, or None when
+    the host does not say (no shell, a forced command, no answer in time)."""
+    quoted = f"{shlex.quote(flag)} {shlex.quote(path)}"
     try:
         channel = transport.open_session(timeout=timeout)
     except (paramiko.SSHException, OSError, EOFError):
         return None
     try:
-        channel.exec_command(f"test -S {quoted}")
+        channel.exec_command(f"test {quoted}")
         if not channel.status_event.wait(timeout):
             return None
         status = channel.recv_exit_status()

@@ -155,3 +155,29 @@ def test_hosts_check_fails_a_pool_too_small_for_the_largest_machine_type_with_th
     assert code == 2, out
     assert f"pool '{host.pool}': " in out
     assert "needs 1000000.0 GiB for one VM of the largest machine type (huge" in out
+
+
+def test_without_the_interface_driver_a_bridge_is_checked_in_sysfs_and_a_missing_one_fails(
+    adapter: LibvirtHost,
+) -> None:
+    import subprocess
+
+    from reconciler.adapters.hostcheck import _Failed, bridge_from_sysfs
+
+    bridge = "pfitbr0"
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+    try:
+        found = bridge_from_sysfs(adapter.session, bridge)
+        with pytest.raises(_Failed) as missing:
+            bridge_from_sysfs(adapter.session, "nosuchbr0")
+        with pytest.raises(_Failed) as not_a_bridge:
+            bridge_from_sysfs(adapter.session, "lo")
+    finally:
+        subprocess.run(["ip", "link", "del", bridge], check=True)
+
+    assert (
+        found
+        == f"bridge {bridge!r} present (seen in /sys/class/net; libvirt has no interface driver)"
+    )
+    assert "bridge 'nosuchbr0' does not exist on the host" in str(missing.value)
+    assert "bridge 'lo' does not exist" in str(not_a_bridge.value)
