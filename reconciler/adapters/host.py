@@ -88,12 +88,13 @@ class Hypervisor(Protocol):
 
         Confirms on the host right before deleting that no domain (owned or
         foreign, running or not) has a disk that names the base, by path or by
-        pool and volume, backing chains included. When one does, nothing is
+        pool and volume, backing chains included, and that no volume of the pool
+        backs onto it (an operator's copy). When one does, nothing is
         deleted and the result is empty: the planner only saw names, and a base
         in use is not a failure. Refuses (PermanentError) a name that is not
         shaped as a base volume. Returns the names deleted (gone ones skipped).
         Cost: 1 pool lookup, 3 RPCs per volume, 1 domain listing + 1 XML read per
-        domain, 2 RPCs per disk path outside the pool's known chain.
+        domain, 2 RPCs per disk path, 1 refresh + 1 listing + 1 XML read per pool volume.
         """
         ...
 

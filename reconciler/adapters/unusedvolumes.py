@@ -10,8 +10,9 @@ chains included.
 
 The same check, with backing chains followed through the volumes' own XML
 (a shut-off domain's definition does not list them), guards the removal of a
-base image that the planner found unused (``remove_unused_base``): a base in
-use is kept without an error, since the plan only saw names.
+base image that the planner found unused (``remove_unused_base``), together
+with the pool's volumes that back onto it: a base in use is kept without an
+error, since the plan only saw names.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ MAX_CHAIN = 16
 
 
 def remove_unused_base(session: LibvirtSession, images: BaseImages, base: str) -> tuple[str, ...]:
-    """Delete base volume ``base`` and its marker unless a domain's disk chain names it.
+    """Delete base volume ``base`` and its marker unless a domain's disk chain names it, or
+    a volume of the pool (an operator's copy, a create's leftover) backs onto it.
 
     Returns the names deleted, marker first (a base without its marker is never
     used for a new overlay); empty when a domain still uses the base, which is
@@ -83,9 +85,13 @@ def remove_unused_base(session: LibvirtSession, images: BaseImages, base: str) -
     marker = base_marker_name(base)
     found = {name: v for name in (marker, base) if (v := images.volume(pool, name)) is not None}
     if base in found:
-        users = _chain_users(session, images, pool, images.path(found[base], base), base)
-        if users:
-            log.info("host %s: base image %s is still used by %s; kept", host.name, base, users)
+        path = images.path(found[base], base)
+        users = _chain_users(session, images, pool, path, base)
+        overlays = images.overlays_of(pool, path)
+        if users or overlays:
+            backed = f"volumes {', '.join(overlays)} back onto it" if overlays else ""
+            why = "; ".join(w for w in (users, backed) if w)
+            log.info("host %s: base image %s is still used (%s); kept", host.name, base, why)
             return ()
     deleted = []
     for name, volume in found.items():
