@@ -219,8 +219,8 @@ def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Acti
 
 def _assert_safe_base_cleanup(repo: Repo, host: HostInventory, result: Plan, a: Action) -> None:
     """A base cleanup names a base (then its marker) present on its host that no image of the
-    repo, no VM of this fleet there and no new VM of the plan uses, on a host no other fleet
-    shares."""
+    repo and no VM of this fleet there uses, on a host no other fleet shares and that gets no
+    new VM in this plan."""
     assert isinstance(a, Cleanup | Blocked) and a.proxy is None and a.digest is None
     assert a.volumes and set(a.volumes) <= set(host.volumes)
     base = a.volumes[0].removesuffix(MARKER_SUFFIX)
@@ -231,6 +231,7 @@ def _assert_safe_base_cleanup(repo: Repo, host: HostInventory, result: Plan, a: 
     new = [b.vm.image for b in result.actions if isinstance(b, Create | Replace)]
     needed |= {base_volume_name(i) for i in new}
     assert base not in needed, f"{a} removes a base the repo or the plan needs"
+    assert not [b for b in result.actions if isinstance(b, Create | Replace) and b.host == a.host]
     for d in host.domains:
         if d.owner is None:
             continue

@@ -273,12 +273,15 @@ def _assert_base_unused(
     repo: Repo, host: HostInventory, actions: tuple[Action, ...], a: Cleanup
 ) -> None:
     """A base cleanup removes a base (and its marker) that nothing of the repo, of the plan
-    or of any VM on a host no other fleet shares uses."""
+    or of any VM on a host no other fleet shares uses, on a host that gets no new VM."""
     base = a.volumes[0].removesuffix(MARKER_SUFFIX)
     assert is_base_volume(base) and set(a.volumes) <= {base, base_marker_name(base)}
     assert set(a.volumes) <= set(host.volumes)
-    new = [b.vm.image for b in actions if isinstance(b, Create | Replace)]
-    assert base not in {base_volume_name(i) for i in (*repo.fleet.images, *new)}
+    new = [b for b in actions if isinstance(b, Create | Replace)]
+    assert base not in {
+        base_volume_name(i) for i in (*repo.fleet.images, *(b.vm.image for b in new))
+    }
+    assert a.host not in {b.host for b in new}, f"{a} on a host that gets a new VM"
     for d in host.domains:
         owner = d.owner
         if owner is None:

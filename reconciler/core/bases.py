@@ -18,7 +18,10 @@ marker, when all of these hold:
   and its base is ``base-<image_key>.<format>``; one that records no image at
   all holds every base of its host;
 - no other fleet's VM was seen on the host: base names carry no fleet id, so
-  a shared pool's bases may be another fleet's.
+  a shared pool's bases may be another fleet's;
+- no create or replace of this plan goes to the host: its uploads (base,
+  marker, seed ISO) keep libvirt from refreshing the pool, which the host's
+  last check needs, so the removal waits for a run without new VMs there.
 
 A marker whose base is gone counts as that base. Unreachable hosts and hosts
 missing from fleet.yaml get nothing. The host re-checks, right before it
@@ -64,7 +67,9 @@ def unused_bases(
     fleet's VMs there by (host, domain); ``fleets``: other fleets seen per
     host; ``actions``: the plan so far. Ordered by host, then base name.
     """
+    actions = list(actions)
     needed = _needed(repo, actions)
+    busy = {a.host for a in actions if isinstance(a, Create | Replace)}
     held: dict[str, set[str] | None] = {}  # host -> bases its VMs record; None: all of them
     for (host, _), vm in vms.items():
         names = held.setdefault(host, set())
@@ -73,7 +78,7 @@ def unused_bases(
     removals: list[Cleanup] = []
     for host in sorted(volumes):
         names = held.get(host, set())
-        if names is None or fleets.get(host):
+        if names is None or fleets.get(host) or host in busy:
             continue
         pool = set(volumes[host])
         bases = {v.removesuffix(MARKER_SUFFIX) for v in pool}

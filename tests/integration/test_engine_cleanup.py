@@ -29,7 +29,6 @@ from reconciler.model.vm import base_volume_name, vm_volumes
 __all__ = ["engine"]  # the fixture, shared with test_engine_libvirt
 
 
-
 def base_of(blank: BlankImage) -> str:
     """The base volume of fleet_yaml's image ``blank``: named by its content."""
     return f"base-blank-{blank.sha256[:12]}.qcow2"

@@ -12,12 +12,18 @@ from typing import Any
 import pytest
 from hostservices import BlankImage
 from test_engine_cleanup import disk_domain_xml
+from test_engine_libvirt import engine, fleet_yaml, proxy_yaml
 from test_host_images import backing_of, volumes
 
 from reconciler.adapters.libvirthost import LibvirtHost
 from reconciler.core.domainxml import overlay_volume_xml
+from reconciler.engine.reconcile import Engine
 from reconciler.errors import PermanentError
+from reconciler.model import ActionKind, Host
+from reconciler.model.report import ActionResult
 from reconciler.model.vm import VmSpec, base_marker_name, base_volume_name
+
+__all__ = ["engine"]  # the fixture, shared with test_engine_libvirt
 
 
 def test_a_pool_laid_out_by_key_is_taken_over_and_its_base_goes_once_its_shut_off_vm_does(
@@ -100,3 +106,54 @@ def test_a_base_a_foreign_domain_reaches_through_a_backing_chain_is_kept_until_n
     assert not {base, base_marker_name(base)} & set(volumes(local_conn, pool[0]))
     assert adapter.remove_unused_base(base) == ()
 
+
+def test_a_cycle_after_its_last_vm_went_the_base_of_a_key_gone_from_fleet_yaml_is_removed(
+    engine: tuple[Engine, list[str]],
+    host: Host,
+    blank_image: BlankImage,
+    local_conn: Any,
+    tmp_path: Path,
+    cleanup_domains: list[str],
+) -> None:
+    """Plan, executor and host together: web-1 on key blank, web-2 on key spare (same file).
+    The engine fixture swept the pool of other tests' bases."""
+    eng, rpcs = engine
+    both = fleet_yaml(host, blank_image)
+    image = f"{{url: https://images.invalid/s.qcow2, sha256: {blank_image.sha256}}}"
+    spare = both.replace("  images:\n", f"  images:\n    spare: {image}\n")
+    (tmp_path / "fleet.yaml").write_text(spare)
+    (tmp_path / "web-1.yaml").write_text(proxy_yaml("web-1", "one"))
+    (tmp_path / "web-2.yaml").write_text(
+        proxy_yaml("web-2", "two").replace("image: blank", "image: spare")
+    )
+    first = eng.reconcile_once(tmp_path, revision="r1")
+    cleanup_domains.extend(o.action.domain or "" for o in first.outcomes)
+    assert [(o.action.kind, o.result) for o in first.outcomes] == [
+        (ActionKind.CREATE, ActionResult.SUCCEEDED)
+    ] * 2, first.outcomes
+    sha = blank_image.sha256[:12]
+    old, kept = f"base-blank-{sha}.qcow2", f"base-spare-{sha}.qcow2"
+    assert {old, kept} <= set(volumes(local_conn, host.pool))
+    blank = "    blank:\n      url: https://images.invalid/blank.qcow2\n"
+    without = spare.replace(f"{blank}      sha256: {blank_image.sha256}\n", "")
+    assert without != spare
+    (tmp_path / "fleet.yaml").write_text(without)
+    (tmp_path / "web-1.yaml").unlink()
+
+    second = eng.reconcile_once(tmp_path, revision="r2")  # web-1 goes; its base is recorded
+
+    assert [(o.action.kind, o.result) for o in second.outcomes] == [
+        (ActionKind.DELETE, ActionResult.SUCCEEDED)
+    ]
+    assert old in volumes(local_conn, host.pool)
+
+    third = eng.reconcile_once(tmp_path, revision="r2")
+
+    assert [(o.action.kind, o.action.volumes, o.result) for o in third.outcomes] == [  # type: ignore[attr-defined]
+        (ActionKind.CLEANUP, (old, base_marker_name(old)), ActionResult.SUCCEEDED)
+    ]
+    left = set(volumes(local_conn, host.pool))
+    assert not {old, base_marker_name(old)} & left and {kept, base_marker_name(kept)} <= left
+    rpcs.clear()
+    assert eng.reconcile_once(tmp_path, revision="r2").outcomes == ()
+    assert "virStorageVolDelete" not in rpcs
