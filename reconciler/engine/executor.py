@@ -320,7 +320,9 @@ class Executor:
         if deleted:
             log.info("Removed %s on %s.", ", ".join(deleted), host.name)
         else:
-            log.info("Kept base image %s on %s: something on the host still uses it.", base, host.name)
+            log.info(
+                "Kept base image %s on %s: something on the host still uses it.", base, host.name
+            )
 
     def _replace(self, action: Replace, host: Hypervisor, attempts: Attempts) -> None:
         old, domain = action.replaces, action.domain or ""
