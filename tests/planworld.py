@@ -23,8 +23,12 @@ their input through here, so a case reads like the situation it describes
         - {name: win11, state: shutoff}           # foreign: no owner
         - {like: web-1}                           # foreign, named as web-1's VM
         - {name: pf-x, fleet: other, proxy: web-1}  # foreign: another fleet
+        - {proxy: web-1, base: legacy}            # recorded base: none (made before content names)
+        - {proxy: web-1, base: base-debian-cdcdcdcdcdcd.qcow2}  # recorded base, by name
         - {volumesOf: web-9, digest: old}         # pool volumes: web-9's overlay and seed
         - {volume: base-debian.qcow2}             # one pool volume, by name
+        - {baseOf: debian}                        # the base of fleet.yaml's debian, and its marker
+        - {baseOf: debian, sha256: cdcd...}       # the same for another sha256 (64 hex)
         - {capacity: {cpus: 4, memoryMiB: 8192, poolFreeGiB: 20}}  # what the host has
       kvm02: unreachable
     history:                      # what earlier runs saw (day-2 rules), all optional
@@ -46,9 +50,14 @@ case does not list is sha256 of some text too. An owned VM's recorded
 ``protect`` defaults to its manifest's ``lifecycle.protect`` (what the VM was
 created with), or false without a manifest. ``volumesOf`` names the overlay
 and seed of the domain the proxy would have with that digest (``only: seed``
-or ``only: overlay`` for one of them); a volume entry adds no domain.
-``apply_plan`` gives new VMs their volumes, takes them away with deleted
-VMs, and removes what a cleanup names.
+or ``only: overlay`` for one of them); a volume entry adds no domain. An owned
+VM records its image as the executor does: the key and sha256 of its proxy's
+image (``debian`` without a manifest) and the base named by that content
+(``base: legacy`` records none, as a VM made before content names; ``base:
+<name>`` records that one; ``base: none`` records no image at all).
+``fleet.images`` overrides fields of the two images (``{debian: {sha256: <64 hex>}}``).
+``apply_plan`` gives new VMs their volumes and their base (with its marker),
+takes the VM's volumes away with deleted VMs, and removes what a cleanup names.
 """
 
 from __future__ import annotations
@@ -85,8 +94,8 @@ from reconciler.model import (
 from reconciler.model.fleet import RESTARTED_AT, Amount, Overcommit, Rollout
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.inventory import Capacity
-from reconciler.model.plan import Cleanup, DomainRef, Relabel, Replace
-from reconciler.model.vm import vm_volumes
+from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, Replace
+from reconciler.model.vm import base_marker_name, base_volume_name, vm_volumes
 
 IMAGES = (
     Image(key="debian", url="https://images.example/debian-12.qcow2", sha256="ab" * 32),
@@ -102,9 +111,12 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
     fleet = fleet or {}
     hosts = tuple(_host(h) for h in fleet.get("hosts", [{"name": "kvm01", "zone": "a"}]))
     policy = fleet.get("policy", {})
+    images = tuple(
+        dataclasses.replace(image, **fleet.get("images", {}).get(image.key, {})) for image in IMAGES
+    )
     built = Fleet(
         name=fleet.get("name", "home"),
-        images=IMAGES,
+        images=images,
         machine_types=MACHINE_TYPES,
         hosts=hosts,
         policy=Policy(
@@ -245,12 +257,17 @@ def _capacity(raw: Mapping[str, Any]) -> Capacity:
 
 
 def _is_volume(raw: Mapping[str, Any]) -> bool:
-    return "volume" in raw or "volumesOf" in raw
+    return "volume" in raw or "volumesOf" in raw or "baseOf" in raw
 
 
 def _volumes(repo: Repo, host: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
     if "volume" in raw:
         return (raw["volume"],)
+    if "baseOf" in raw:
+        image = resolve_image(repo.fleet, raw["baseOf"])
+        assert image is not None, f"no image {raw['baseOf']} in the case"
+        base = base_volume_name(dataclasses.replace(image, sha256=raw.get("sha256", image.sha256)))
+        return (base, base_marker_name(base))
     fleet = raw.get("fleet", repo.fleet.name)
     digest = _digest(repo, raw["volumesOf"], host, raw.get("digest", "current"))
     overlay, seed = vm_volumes(domain_name(fleet, raw["volumesOf"], digest))
@@ -276,7 +293,20 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
     manifest = repo.proxy(raw["proxy"]) if fleet == repo.fleet.name else None
     recorded = manifest.lifecycle.protect if manifest is not None else False
     protect = raw.get("protect", recorded)
-    owner = Owner(fleet=fleet, proxy=raw["proxy"], digest=digest, protect=protect)
+    image = resolve_image(repo.fleet, manifest.placement.image if manifest else "debian")
+    assert image is not None
+    base = raw.get("base", base_volume_name(image))
+    owner = Owner(
+        fleet=fleet,
+        proxy=raw["proxy"],
+        digest=digest,
+        protect=protect,
+        image_key=image.key,
+        image_sha256=image.sha256 or "",
+        image_base="" if base in ("legacy", "none") else base,
+    )
+    if base == "none":  # a record without any image
+        owner = dataclasses.replace(owner, image_key="", image_sha256="")
     name = raw.get("name", domain_name(fleet, raw["proxy"], digest))
     return Domain(
         name=name,
@@ -317,9 +347,19 @@ def apply_plan(
             assert a.domain not in host, "a new VM would overwrite a domain"
             proxy = repo.proxy(a.proxy)
             assert proxy is not None
-            owner = Owner(repo.fleet.name, a.proxy, a.digest, protect=proxy.lifecycle.protect)
+            assert isinstance(a, Create | Replace)
+            base = base_volume_name(a.vm.image)
+            owner = Owner(
+                repo.fleet.name,
+                a.proxy,
+                a.digest,
+                protect=proxy.lifecycle.protect,
+                image_key=a.vm.image.key,
+                image_sha256=a.vm.image.sha256 or "",
+                image_base=base,
+            )
             host[a.domain] = Domain(a.domain, DomainState.RUNNING, owner)
-            volumes[a.host or ""].update(vm_volumes(a.domain))
+            volumes[a.host or ""].update((*vm_volumes(a.domain), base, base_marker_name(base)))
             if isinstance(a, Replace) and healthy:
                 del hosts[a.replaces.host][a.replaces.domain]
                 volumes[a.replaces.host] -= set(vm_volumes(a.replaces.domain))

@@ -244,6 +244,7 @@ def test_create_builds_the_vm_spec_with_the_owner_and_its_provenance() -> None:
         revision="c0ffee",
         created="2026-09-04T14:01:30+00:00",
         protect=True,
+        image_base="base-debian-12.qcow2",
     )
     assert host.calls[:2] == [("ensure_image", "debian-12"), ("create", "pf-home-a-dddddddd")]
 

@@ -23,6 +23,7 @@ from reconciler.model.vm import VmSpec
 
 IMAGE = Image(key="debian", url="https://example.test/d.qcow2", sha256="a" * 64)
 CACHE = Path("/cache/debian")
+OLD_NEW = ("base-debian-aaaaaaaaaaaa.qcow2", "base-debian-bbbbbbbbbbbb.qcow2")
 
 
 def spec(proxy: str = "web-1", image: Image = IMAGE) -> VmSpec:
@@ -83,16 +84,55 @@ def test_a_second_create_and_ensure_are_no_mutation_but_a_stopped_domain_is_star
     assert fake.observe().domains[0].state is DomainState.RUNNING
 
 
-def test_a_base_in_use_is_not_replaced_but_a_free_one_is() -> None:
+def test_a_new_sha256_is_a_new_base_beside_the_old_one_that_its_overlay_keeps() -> None:
     fake = running()
     changed = Image(key="debian", url=IMAGE.url, sha256="b" * 64)
 
+    fake.ensure_image(changed, CACHE)
+
+    assert fake.images == {"base-debian-aaaaaaaaaaaa.qcow2": "a" * 64, OLD_NEW[1]: "b" * 64}
+    assert {*OLD_NEW, *(f"{b}.sha256" for b in OLD_NEW)} <= fake.volumes
+    assert fake.overlays == {spec().domain: "base-debian-aaaaaaaaaaaa.qcow2"}
+
+
+def test_a_changed_download_of_an_unpinned_image_in_use_is_not_uploaded_but_a_free_one_is() -> None:
+    unpinned = replace(IMAGE, sha256=None)
+    fake = FakeHypervisor("kvm1")
+    fake.ensure_image(unpinned, CACHE)
+    fake.create(spec(image=unpinned))
+
     with pytest.raises(PermanentError, match="base image in use by 1 overlays"):
-        fake.ensure_image(changed, CACHE)
+        fake.ensure_image(unpinned, Path("/cache/debian-newer"))
 
     fake.delete(spec().domain)
-    fake.ensure_image(changed, CACHE)
-    assert fake.images["debian"] == "b" * 64
+    fake.ensure_image(unpinned, Path("/cache/debian-newer"))
+    assert fake.images["base-debian.qcow2"] == "file:/cache/debian-newer"
+
+
+def test_an_unused_base_and_its_marker_are_removed_but_one_an_overlay_uses_is_kept() -> None:
+    fake = running()
+    fake.ensure_image(replace(IMAGE, sha256="b" * 64), CACHE)
+    fake.forget()
+
+    assert fake.remove_unused_base(OLD_NEW[0]) == ()
+    assert fake.remove_unused_base(OLD_NEW[1]) == (f"{OLD_NEW[1]}.sha256", OLD_NEW[1])
+
+    assert OLD_NEW[0] in fake.volumes and OLD_NEW[1] not in fake.volumes
+    assert fake.mutations == [Call("remove_unused_base", OLD_NEW[1])]
+
+
+def test_a_base_a_foreign_domain_names_is_kept_and_a_strange_name_is_refused() -> None:
+    fake = FakeHypervisor("kvm1")
+    fake.add_volumes("base-old.qcow2", "base-old.qcow2.sha256")
+    fake.add_domain("someone-elses", DomainState.SHUTOFF)
+    fake.add_volumes("someone-elses.qcow2", "base-old.qcow2", used_by="someone-elses")
+
+    assert fake.remove_unused_base("base-old.qcow2") == ()
+    with pytest.raises(PermanentError, match="not a base volume name"):
+        fake.remove_unused_base("someone-elses.qcow2")
+
+    assert fake.mutations == []
+    assert {"base-old.qcow2", "base-old.qcow2.sha256"} <= fake.volumes
 
 
 def test_delete_of_a_gone_domain_succeeds_without_mutation_and_a_foreign_one_is_refused() -> None:

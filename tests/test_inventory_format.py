@@ -41,6 +41,7 @@ INVENTORY = Inventory(
                         revision="c0ffee",
                         created="2026-11-30T12:00:00+00:00",
                         protect=True,
+                        image_base="base-debian-abababababab.qcow2",
                     ),
                 ),
                 Domain(name="windows11", state=DomainState.PAUSED, owner=None),

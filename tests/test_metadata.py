@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -103,6 +104,15 @@ def test_protect_defaults_to_false_and_round_trips() -> None:
     assert parse_owner(owner_xml(unprotected)) == unprotected
     assert parse_owner(owner_xml(OWNER)) is not None
     assert parse_owner(owner_xml(OWNER)).protect is True  # type: ignore[union-attr]
+
+
+def test_the_base_rides_on_the_image_element_and_a_vm_from_before_has_none() -> None:
+    based = dataclasses.replace(OWNER, image_base="base-debian-12-aaaaaaaaaaaa.qcow2")
+    element = ET.fromstring(owner_xml(based)).find("image")
+    assert element is not None and element.get("base") == "base-debian-12-aaaaaaaaaaaa.qcow2"
+    assert parse_owner(owner_xml(based)) == based
+    assert "base=" not in owner_xml(OWNER)
+    assert parse_owner(NAMESPACED) == OWNER and OWNER.image_base == ""
 
 
 def test_provenance_fields_may_be_missing() -> None:

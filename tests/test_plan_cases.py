@@ -2,15 +2,18 @@
 
 A case lists the whole expected plan, in order. Each expected action compares
 ``action``, ``proxy``, ``host``, ``blocks`` and ``replaces`` always (left out
-means "none"), ``domain`` when given, ``reason`` as a substring when given, and
-``protect`` (the flag a relabel writes) when given.
+means "none"), ``domain`` when given, ``reason`` as a substring when given,
+``protect`` (the flag a relabel writes) when given, and ``volumes`` (those a
+cleanup removes, in order) when given.
 On top of its own expectations every case must hold the invariants below. A
 case with ``xfail: <why>`` documents a known gap and must fail (strict).
 
 A case may go on with ``then: {proxies: [...], fleet: {...}, expect: [...]}``:
 its plan is played out (planworld.apply_plan: every unblocked action
-succeeds), the repo becomes ``then``'s proxies (and fleet, by default the
-case's), and ``then.expect`` is the whole plan of that second run.
+succeeds; with ``healthy: true`` in ``then``, replaced VMs are deleted too),
+the repo becomes ``then``'s proxies (and fleet, by default the
+case's), and ``then.expect`` is the whole plan of that second run. A ``then``
+may hold a ``then`` of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ruamel.yaml import YAML
 
 from reconciler.core.naming import domain_name, resolve_image, volume_domain
 from reconciler.core.planner import plan
-from reconciler.model import Action, ActionKind, Inventory, Owner, Plan, Repo
+from reconciler.model import Action, ActionKind, HostInventory, Inventory, Owner, Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.plan import (
     Blocked,
@@ -37,7 +40,14 @@ from reconciler.model.plan import (
     blocked_kind,
     replaced,
 )
-from reconciler.model.vm import vm_volumes
+from reconciler.model.vm import (
+    MARKER_SUFFIX,
+    base_marker_name,
+    base_volume_name,
+    is_base_volume,
+    legacy_base_names,
+    vm_volumes,
+)
 
 CASES = Path(__file__).parent / "plan_cases"
 CASE_FILES = sorted(CASES.glob("*.yaml"))
@@ -74,11 +84,13 @@ def test_plan_case(path: Path) -> None:
     result = _step(repo, inventory, case.get("expect") or [], history)
     if "suspectZones" in case:
         assert list(result.suspect_zones) == case["suspectZones"]
-    then = case.get("then")
-    if then is not None:
-        after = apply_plan(repo, inventory, result)
-        repo = build_repo(then.get("fleet", case.get("fleet")), then.get("proxies") or [])
-        _step(repo, after, then.get("expect") or [])
+    fleet, then = case.get("fleet"), case.get("then")
+    while then is not None:
+        inventory = apply_plan(repo, inventory, result, healthy=then.get("healthy", False))
+        fleet = then.get("fleet", fleet)
+        repo = build_repo(fleet, then.get("proxies") or [])
+        result = _step(repo, inventory, then.get("expect") or [])
+        then = then.get("then")
 
 
 def _step(
@@ -116,6 +128,7 @@ def _matches(action: Action, want: dict[str, Any]) -> bool:
         "domain" not in want or action.domain == want["domain"],
         "protect" not in want or (owner is not None and owner.protect == want["protect"]),
         "batch" not in want or (isinstance(action, Replace) and action.batch == want["batch"]),
+        "volumes" not in want or list(getattr(action, "volumes", ())) == want["volumes"],
     ]
     replaces = want.get("replaces")
     if replaces is None:
@@ -190,6 +203,9 @@ def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Acti
     assert isinstance(a, Cleanup | Blocked)
     host = inventory.host(a.host or "")
     assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
+    if a.domain is None:
+        _assert_safe_base_cleanup(repo, host, result, a)
+        return
     assert a.domain is not None and a.proxy is None
     assert a.volumes and set(a.volumes) <= set(host.volumes)
     assert list(a.volumes) == [v for v in vm_volumes(a.domain) if v in a.volumes]
@@ -199,3 +215,28 @@ def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Acti
     assert a.domain not in {d.name for d in host.domains}
     others = [b for b in result.actions if b is not a and (b.host, b.domain) == (a.host, a.domain)]
     assert others == [], f"{a} and {others} name the same domain"
+
+
+def _assert_safe_base_cleanup(repo: Repo, host: HostInventory, result: Plan, a: Action) -> None:
+    """A base cleanup names a base (then its marker) present on its host that no image of the
+    repo and no VM of this fleet there uses, on a host no other fleet shares and that gets no
+    new VM in this plan."""
+    assert isinstance(a, Cleanup | Blocked) and a.proxy is None and a.digest is None
+    assert a.volumes and set(a.volumes) <= set(host.volumes)
+    base = a.volumes[0].removesuffix(MARKER_SUFFIX)
+    assert is_base_volume(base)
+    assert list(a.volumes) == [v for v in (base, base_marker_name(base)) if v in host.volumes]
+    images = [resolve_image(repo.fleet, p.placement.image) for p in repo.proxies]
+    needed = {base_volume_name(i) for i in (*repo.fleet.images, *images) if i is not None}
+    new = [b.vm.image for b in result.actions if isinstance(b, Create | Replace)]
+    needed |= {base_volume_name(i) for i in new}
+    assert base not in needed, f"{a} removes a base the repo or the plan needs"
+    assert not [b for b in result.actions if isinstance(b, Create | Replace) and b.host == a.host]
+    for d in host.domains:
+        if d.owner is None:
+            continue
+        assert d.owner.fleet == repo.fleet.name, f"{a} on a host shared with another fleet"
+        assert d.owner.image_key, f"{a} beside a VM that records no image"
+        owner = d.owner
+        recorded = {owner.image_base} if owner.image_base else legacy_base_names(owner.image_key)
+        assert base not in recorded, f"{a} removes the base of {d.name}"

@@ -3,7 +3,9 @@
 A world is a small fleet (hosts in two zones and two networks, some full,
 some unreachable or missing from the inventory, sometimes a host removed from
 fleet.yaml), a few proxies (pinned or not, protected or not) and owned VMs
-with current, stale or misplaced digests beside foreign domains.
+with current, stale or misplaced digests beside foreign domains, and pools
+holding VMs' leftovers and bases: current, of an older sha256, or named before
+content names.
 """
 
 from __future__ import annotations
@@ -36,15 +38,25 @@ from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.plan import (
     MUTATING,
     Cleanup,
+    Create,
     Relabel,
     Replace,
     blocked_kind,
     replaced,
 )
+from reconciler.model.vm import (
+    MARKER_SUFFIX,
+    base_marker_name,
+    base_volume_name,
+    is_base_volume,
+    legacy_base_names,
+)
 
 HOSTS = ("kvm01", "kvm02", "kvm03", "kvm04")
 PROXIES = ("web-0", "web-1", "web-2", "web-3", "web-4")
 EXAMPLES = settings(max_examples=200, deadline=None)
+OLD_SHA = "cd" * 32
+OLD_BASE = "base-debian-cdcdcdcdcdcd.qcow2"
 
 
 @st.composite
@@ -110,8 +122,10 @@ def _domains(repo: Repo, host: str) -> st.SearchStrategy[dict[str, Any]]:
             "state": st.sampled_from(states),
             "digest": st.sampled_from(labels),
             "protect": st.booleans(),
+            "base": st.sampled_from(["current", "current", "legacy", OLD_BASE]),
         }
     ).map(lambda d: _fix_digest(d, known, in_fleet))
+    owned = owned.map(lambda d: {k: v for k, v in d.items() if (k, v) != ("base", "current")})
     foreign: st.SearchStrategy[dict[str, Any]] = st.just({"name": "windows11"})
     if known and in_fleet:  # a foreign domain holding the name a new VM would get
         foreign = foreign | st.sampled_from(known).map(lambda p: {"like": p})
@@ -127,7 +141,16 @@ def _domains(repo: Repo, host: str) -> st.SearchStrategy[dict[str, Any]]:
     ).map(lambda d: _fix_digest(d, known, in_fleet))
     volume_entries = volumes.map(
         lambda d: {"volumesOf": d["proxy"], "digest": d["digest"], "only": d["only"]}
-    ) | st.just({"volume": "base-debian.qcow2"})
+    ) | st.sampled_from(
+        [
+            {"baseOf": "debian"},
+            {"baseOf": "debian", "sha256": OLD_SHA},
+            {"volume": f"{OLD_BASE}.sha256"},
+            {"volume": "base-debian.qcow2"},
+            {"volume": "base-debian.qcow2.sha256"},
+            {"volume": "base-bookworm.qcow2"},
+        ]
+    )
     return owned | owned | foreign | other_fleet | volume_entries
 
 
@@ -236,11 +259,36 @@ def _assert_cleanups_touch_only_unused_volumes_of_this_fleet(
             continue
         host = inventory.host(a.host or "")
         assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
+        if a.domain is None:
+            _assert_base_unused(repo, host, actions, a)
+            continue
         assert a.domain not in {d.name for d in host.domains}, "volumes of a domain cleaned up"
         assert (a.host, a.domain) not in named
         assert a.volumes and set(a.volumes) <= set(host.volumes)
         assert all(volume_domain(repo.fleet.name, v) is not None for v in a.volumes)
         assert not any(v.startswith("base-") for v in a.volumes)
+
+
+def _assert_base_unused(
+    repo: Repo, host: HostInventory, actions: tuple[Action, ...], a: Cleanup
+) -> None:
+    """A base cleanup removes a base (and its marker) that nothing of the repo, of the plan
+    or of any VM on a host no other fleet shares uses, on a host that gets no new VM."""
+    base = a.volumes[0].removesuffix(MARKER_SUFFIX)
+    assert is_base_volume(base) and set(a.volumes) <= {base, base_marker_name(base)}
+    assert set(a.volumes) <= set(host.volumes)
+    new = [b for b in actions if isinstance(b, Create | Replace)]
+    assert base not in {
+        base_volume_name(i) for i in (*repo.fleet.images, *(b.vm.image for b in new))
+    }
+    assert a.host not in {b.host for b in new}, f"{a} on a host that gets a new VM"
+    for d in host.domains:
+        owner = d.owner
+        if owner is None:
+            continue
+        assert owner.fleet == repo.fleet.name and owner.image_key, f"{a} on a shared host"
+        recorded = {owner.image_base} if owner.image_base else legacy_base_names(owner.image_key)
+        assert base not in recorded, f"{a} removes the base of {d.name}"
 
 
 def _assert_relabels_change_only_protect_to_the_manifests(

@@ -1,15 +1,19 @@
 """Base images in a host's storage pool: upload once, mark when verified, never swap under overlays.
 
-Per image the pool holds ``base-<key>.<format>`` and, once an upload is
-verified, the marker volume ``base-<key>.<format>.sha256``: a tiny raw volume
-whose content is one ``sha256sum`` line (``<hex>  base-<key>.<format>``), so an
-operator can run ``sha256sum -c`` in the pool directory. The marker is written
-last and removed first, so its presence means a complete, verified base.
+Per image the pool holds its base, named by content (``base_volume_name``:
+``base-<key>-<sha256[:12]>.<format>``; ``base-<key>.<format>`` for an image
+without a pinned sha256) and, once an upload is verified, the marker volume
+``<base>.sha256``: a tiny raw volume whose content is one ``sha256sum`` line
+(``<hex>  <base>``), so an operator can run ``sha256sum -c`` in the pool
+directory. The marker is written last and removed first, so its presence means
+a complete, verified base. A new sha256 for a key names a new base: the old one
+stays under its overlays until ``remove_unused_base`` takes it away.
 
 - Marker present and equal to the wanted checksum: nothing to do (read-only).
 - Missing or different marker: the base is uploaded again, unless an overlay
   in the pool still has it as backing store (PermanentError "base image in
-  use by N overlays").
+  use by N overlays"). With content names this happens only to an image
+  without a pinned sha256 whose download changed.
 - An upload counts the bytes and hashes them while streaming; a short read,
   a checksum mismatch or a failed stream deletes the half-written volume. If
   the link died, the volume stays without a marker and the next attempt
@@ -35,7 +39,7 @@ from reconciler.adapters.libvirtrpc import Deadline, LibvirtSession
 from reconciler.core.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image
-from reconciler.model.vm import base_volume_name
+from reconciler.model.vm import base_marker_name, base_volume_name
 
 log = logging.getLogger("reconciler.image")
 
@@ -48,7 +52,7 @@ FileOpener = Callable[[Path], IO[bytes]]
 
 
 def marker_name(image: Image) -> str:
-    return f"{base_volume_name(image)}.sha256"
+    return base_marker_name(base_volume_name(image))
 
 
 def marker_line(sha256: str, image: Image) -> bytes:

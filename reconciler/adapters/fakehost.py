@@ -5,8 +5,13 @@ test against the fake means the same thing against a host:
 
 - ``create`` is idempotent (an existing domain is only started) and needs the
   image ensured first, with a matching checksum;
-- ``ensure_image`` uploads only when the checksum changed, and refuses to
-  replace a base that a VM still uses ("base image in use by N overlays");
+- ``ensure_image`` uploads the base named by content (``base_volume_name``) and
+  its marker into the pool's volumes only when the checksum changed, and
+  refuses to replace a base that a VM still uses ("base image in use by N
+  overlays");
+- ``remove_unused_base`` removes a base and its marker unless a domain's disk
+  names it (its overlay backs onto it, ``overlays``, or ``uses`` names it): then
+  it deletes nothing and says so (no error), as the real adapter does;
 - ``delete`` of something already gone succeeds; of a domain without
   proxyfleet metadata it fails permanently;
 - ``set_owner`` refuses a domain whose owner is missing or names another
@@ -32,7 +37,13 @@ from pathlib import Path
 
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
-from reconciler.model.vm import VmSpec, vm_volumes
+from reconciler.model.vm import (
+    VmSpec,
+    base_marker_name,
+    base_volume_name,
+    is_base_volume,
+    vm_volumes,
+)
 
 ANY = "*"
 
@@ -40,10 +51,11 @@ ANY = "*"
 @dataclass(frozen=True, slots=True)
 class Call:
     method: str
-    """observe, ensure_image, create, start, set_owner, delete, remove_volumes, addresses or
-    close."""
+    """observe, ensure_image, create, start, set_owner, delete, remove_volumes,
+    remove_unused_base, addresses or close."""
     target: str = ""
-    """The domain name, or the image key for ensure_image; '' for observe/close."""
+    """The domain name, the image key for ensure_image, the base for remove_unused_base;
+    '' for observe/close."""
 
 
 @dataclass
@@ -63,12 +75,12 @@ class FakeHypervisor:
         self.domains: dict[str, Domain] = {d.name: d for d in domains}
         self.specs: dict[str, VmSpec] = {}
         self.images: dict[str, str] = {}
-        """image key -> checksum of the verified base on this host."""
+        """base volume name -> checksum of the verified base on this host."""
         self.overlays: dict[str, str] = {}
-        """domain -> image key its overlay is backed by."""
+        """domain -> base volume name its overlay is backed by."""
         self.addresses_of: dict[str, tuple[str, ...]] = {}
         self.volumes: set[str] = set()
-        """Names of the volumes in the pool (base images not included unless a test adds them)."""
+        """Names of the volumes in the pool (bases and their markers once ensured)."""
         self.uses: dict[str, frozenset[str]] = {}
         """domain -> the volumes its disks name."""
         self.calls: list[Call] = []
@@ -125,16 +137,18 @@ class FakeHypervisor:
         call = Call("ensure_image", image.key)
         self._enter(call)
         wanted = image.sha256 or f"file:{local_file}"
+        base = base_volume_name(image)
         with self._lock:
-            if self.images.get(image.key) == wanted:
+            if self.images.get(base) == wanted:
                 return
-            users = sorted(d for d, key in self.overlays.items() if key == image.key)
-            if image.key in self.images and users:
+            users = sorted(d for d, used in self.overlays.items() if used == base)
+            if base in self.images and users:
                 raise PermanentError(
                     f"base image in use by {len(users)} overlays ({', '.join(users)})",
                     host=self._name,
                 )
-            self.images[image.key] = wanted
+            self.images[base] = wanted
+            self.volumes.update((base, base_marker_name(base)))
             self.mutations.append(call)
 
     def create(self, spec: VmSpec) -> None:
@@ -147,7 +161,7 @@ class FakeHypervisor:
                     self.domains[spec.domain] = replace(existing, state=DomainState.RUNNING)
                     self.mutations.append(call)
                 return
-            recorded = self.images.get(spec.image.key)
+            recorded = self.images.get(spec.base_name)
             if recorded is None or (spec.image.sha256 and recorded != spec.image.sha256):
                 raise PermanentError(
                     f"base image {spec.base_name} is not uploaded and verified; "
@@ -156,7 +170,7 @@ class FakeHypervisor:
                 )
             self.domains[spec.domain] = Domain(spec.domain, DomainState.RUNNING, spec.owner)
             self.specs[spec.domain] = spec
-            self.overlays[spec.domain] = spec.image.key
+            self.overlays[spec.domain] = spec.base_name
             self.volumes.update((spec.overlay_name, spec.seed_name))
             self.uses[spec.domain] = frozenset((spec.overlay_name, spec.seed_name))
             self.mutations.append(call)
@@ -235,6 +249,27 @@ class FakeHypervisor:
                 )
             deleted = tuple(v for v in volumes if v in self.volumes)
             self.volumes -= set(deleted)
+            if deleted:
+                self.mutations.append(call)
+            return deleted
+
+    def remove_unused_base(self, base: str) -> tuple[str, ...]:
+        call = Call("remove_unused_base", base)
+        self._enter(call)
+        with self._lock:
+            if not is_base_volume(base):
+                raise PermanentError(
+                    f"refusing to remove {base}: not a base volume name", host=self._name
+                )
+            users = sorted(
+                {d for d, used in self.overlays.items() if used == base}
+                | {d for d, used in self.uses.items() if base in used}
+            )
+            if users:
+                return ()
+            deleted = tuple(v for v in (base_marker_name(base), base) if v in self.volumes)
+            self.volumes -= set(deleted)
+            self.images.pop(base, None)
             if deleted:
                 self.mutations.append(call)
             return deleted

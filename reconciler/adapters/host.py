@@ -37,10 +37,12 @@ class Hypervisor(Protocol):
         ...
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
-        """Make ``base-<key>.<format>`` in the pool match ``image``.
+        """Make the base named by ``image``'s content (``base_volume_name``) and its marker
+        exist in the pool.
 
         Uploads ``local_file`` (already sha256-verified) unless the marker says
-        the same checksum is there. Raises PermanentError when the base must
+        the same checksum is there. Other bases of the same key are left alone.
+        Raises PermanentError only when a base without a pinned sha256 must
         change but overlays still use it. Cost: a few RPCs, plus the upload.
         """
         ...
@@ -78,6 +80,21 @@ class Hypervisor(Protocol):
         nothing deleted) otherwise, and for any other volume name. Returns the
         names deleted (a volume already gone is skipped).
         Cost: a few RPCs plus one XML read per domain on the host.
+        """
+        ...
+
+    def remove_unused_base(self, base: str) -> tuple[str, ...]:
+        """Delete base volume ``base`` and its marker (marker first) unless a domain uses it.
+
+        Confirms on the host right before deleting that no domain (owned or
+        foreign, running or not) has a disk that names the base, by path or by
+        pool and volume, backing chains included, and that no volume of the pool
+        backs onto it (an operator's copy). When one does, nothing is
+        deleted and the result is empty: the planner only saw names, and a base
+        in use is not a failure. Refuses (PermanentError) a name that is not
+        shaped as a base volume. Returns the names deleted (gone ones skipped).
+        Cost: 1 pool lookup, 3 RPCs per volume, 1 domain listing + 1 XML read per
+        domain, 2 RPCs per disk path, 1 refresh + 1 listing + 1 XML read per pool volume.
         """
         ...
 

@@ -2,10 +2,10 @@
 
 What lands on a host, per proxy VM (DESIGN.md): domain ``pf-<fleet>-<proxy>-<d8>``
 with the ownership element in its ``<metadata>``, overlay ``<domain>.qcow2`` on
-``base-<key>.<format>``, seed ``<domain>-seed.iso``, and the NVRAM file that
-libvirt manages for UEFI guests. Disks are referenced by host path
-(``virStorageVolGetPath``), never by pool/volume, so AppArmor-confined QEMU
-gets rules for them.
+the base named by content (``base-<key>-<sha256[:12]>.<format>``), seed
+``<domain>-seed.iso``, and the NVRAM file that libvirt manages for UEFI guests.
+Disks are referenced by host path (``virStorageVolGetPath``), never by
+pool/volume, so AppArmor-confined QEMU gets rules for them.
 
 Costs are libvirt calls over the SSH link; every one is traced at DEBUG on
 ``reconciler.libvirt`` (see libvirtrpc). Cloud-init content only ever travels
@@ -27,7 +27,7 @@ import libvirt
 from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hostcheck import HostReport, Need, check_host
 from reconciler.adapters.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
-from reconciler.adapters.unusedvolumes import remove_unused
+from reconciler.adapters.unusedvolumes import remove_unused, remove_unused_base
 from reconciler.core.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.metadata import (
     NAMESPACE,
@@ -329,6 +329,11 @@ class LibvirtHost:
                 host=self.name,
             )
         return remove_unused(self._session, self._images, domain, volumes)
+
+    def remove_unused_base(self, base: str) -> tuple[str, ...]:
+        """Delete ``base`` and its marker unless a domain's disk chain names it
+        (reconciler.adapters.unusedvolumes); empty when it is still in use."""
+        return remove_unused_base(self._session, self._images, base)
 
     def addresses(self, domain: str) -> tuple[str, ...]:
         """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""

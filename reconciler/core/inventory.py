@@ -7,13 +7,14 @@
         {"name": "pf-home-web-1-0123abcd", "state": "running",
          "owner": {"fleet": "home", "proxy": "web-1", "digest": "<sha256 hex>"}},
         {"name": "windows11", "state": "shutoff", "owner": null}],
-       "volumes": ["base-debian-12.qcow2", "pf-home-web-1-0123abcd.qcow2"]},
+       "volumes": ["base-debian-12-0123456789ab.qcow2", "pf-home-web-1-0123abcd.qcow2"]},
       {"name": "kvm02", "reachable": false, "error": "ssh: connection refused"}]}
 
 ``state`` is one of running, shutoff, paused, crashed, other. ``owner`` may also
 carry the provenance recorded at creation: ``imageKey``, ``imageSha256``,
-``revision``, ``created`` (strings) and ``protect`` (bool); they are written
-only when set. ``volumes`` (optional, default none) names the volumes of the
+``imageBase`` (the base volume its overlay backs onto), ``revision``,
+``created`` (strings) and ``protect`` (bool); they are written only when set.
+``volumes`` (optional, default none) names the volumes of the
 host's pool. An unreachable host lists no domains and no volumes. Parsing collects every
 problem, each naming the file and the field (``hosts[1].domains[0].state``),
 and raises one InvalidInput.
@@ -32,6 +33,7 @@ from reconciler.model.inventory import Capacity
 _OWNER_EXTRA = (
     ("imageKey", "image_key"),
     ("imageSha256", "image_sha256"),
+    ("imageBase", "image_base"),
     ("revision", "revision"),
     ("created", "created"),
 )
@@ -264,6 +266,7 @@ class _Reader:
             digest=digest,
             image_key=extra["image_key"],
             image_sha256=extra["image_sha256"],
+            image_base=extra["image_base"],
             revision=extra["revision"],
             created=extra["created"],
             protect=protect,

@@ -7,7 +7,7 @@ with this fleet's id (DESIGN.md, Ownership). The element looks like::
       <fleet>lab</fleet>
       <proxy>edge-1</proxy>
       <digest>0123abcd...</digest>
-      <image key="debian-12" sha256="..."/>
+      <image key="debian-12" sha256="..." base="base-debian-12-0123456789ab.qcow2"/>
       <revision>4b825dc6...</revision>
       <created>2026-09-04T14:04:00Z</created>
       <protect>false</protect>
@@ -68,7 +68,10 @@ def _build(owner: Owner, tag: str, attrib: dict[str, str]) -> ET.Element:
     ET.SubElement(root, "fleet").text = owner.fleet
     ET.SubElement(root, "proxy").text = owner.proxy
     ET.SubElement(root, "digest").text = owner.digest
-    ET.SubElement(root, "image", {"key": owner.image_key, "sha256": owner.image_sha256})
+    image = {"key": owner.image_key, "sha256": owner.image_sha256}
+    if owner.image_base:
+        image["base"] = owner.image_base
+    ET.SubElement(root, "image", image)
     ET.SubElement(root, "revision").text = owner.revision
     ET.SubElement(root, "created").text = owner.created
     ET.SubElement(root, "protect").text = "true" if owner.protect else "false"
@@ -159,6 +162,7 @@ def _owner_from_element(root: ET.Element) -> Owner | None:
     image = first.get("image")
     image_key = image.get("key", "") if image is not None else ""
     image_sha = image.get("sha256", "") if image is not None else ""
+    image_base = image.get("base", "") if image is not None else ""
     return Owner(
         fleet=values["fleet"],
         proxy=values["proxy"],
@@ -168,4 +172,5 @@ def _owner_from_element(root: ET.Element) -> Owner | None:
         revision=values["revision"],
         created=values["created"],
         protect=values["protect"].lower() in _TRUE,
+        image_base=image_base,
     )

@@ -8,7 +8,8 @@ after its own action, so that protect still holds once the manifest is gone.
 Volumes named exactly as this fleet's VMs (``<domain>.qcow2``,
 ``<domain>-seed.iso``) that no domain on their host uses and that no proxy of
 the repo would use there get a cleanup: a create killed before its define
-leaves them behind.
+leaves them behind. Base images that no image of fleet.yaml and no VM of this
+fleet on their host needs get a cleanup too (``domain`` None; reconciler.core.bases).
 The day-2 rules (``core.healing``: crashed VMs, hand edits, failing probes)
 need what earlier runs saw and the time: ``history``. Every replace, whatever
 caused it, is paced into batches per zone or held while a rollout is halted
@@ -21,8 +22,8 @@ The order of the plan is part of its contract (the CLI prints it, tests pin
 it): proxies by name, each with its actions (the kept VM or the replace first,
 then duplicates, then older VMs, each group by domain name and host); then VMs
 whose manifest is gone, by host and domain; then abandoned VMs, by host and
-domain; then cleanups, by host and domain. A relabel directly follows the
-action of the VM it concerns.
+domain; then cleanups, by host and domain; then base cleanups, by host and
+base. A relabel directly follows the action of the VM it concerns.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from reconciler.core.bases import unused_bases
 from reconciler.core.capacity import GIB, Room
 from reconciler.core.digest import proxy_digest
 from reconciler.core.healing import Cure, judge, suspect_zones
@@ -258,6 +260,7 @@ class _Planner:
         )
         actions = self._record_protect(self._gate_deletes(paced))
         actions.extend(self._cleanups(actions))
+        actions.extend(unused_bases(self.repo, self.volumes, self.vms, self.fleets, actions))
         if self.policy.suspend:
             actions = [_block(a, SUSPENDED) if a.kind in MUTATING else a for a in actions]
         return Plan(

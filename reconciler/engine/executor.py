@@ -20,6 +20,8 @@ make no call at all.
 - cleanup: ``remove_volumes`` with the volumes the plan names; the host
   confirms first that their domain still does not exist and that no domain's
   disk uses them, and refuses (the action fails, nothing is deleted) otherwise.
+  A cleanup without a domain is an unused base image: ``remove_unused_base``,
+  which keeps (successfully) a base that a domain's disk chain still names.
 - replace: create the new VM, wait until it has an IP and passes its health
   check (``replace_timeout``), and only then delete the old one. A new VM that
   never gets healthy leaves the old one running and the outcome failed.
@@ -58,7 +60,7 @@ from reconciler.model.plan import (
 )
 from reconciler.model.report import ActionOutcome, ActionResult, Health
 from reconciler.model.settings import ApplySettings
-from reconciler.model.vm import VmSpec
+from reconciler.model.vm import MARKER_SUFFIX, VmSpec, base_volume_name
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +245,8 @@ class Executor:
                 self._delete(host, domain, attempts)
             case Replace():
                 self._replace(action, host, attempts)
+            case Cleanup(domain=None):
+                self._remove_base(action, host, attempts)
             case Cleanup():
                 self._cleanup(action, host, attempts)
             case _:  # not reached: run() keeps only mutating actions
@@ -279,6 +283,7 @@ class Executor:
                 digest=action.digest or "",
                 image_key=image.key,
                 image_sha256=fetched.sha256,
+                image_base=base_volume_name(image),
                 revision=self._revision,
                 created=self._runtime.clock().isoformat(timespec="seconds"),
                 protect=vm.protect,
@@ -302,6 +307,23 @@ class Executor:
             host.name,
             f" ({', '.join(gone)} already gone)" if gone else "",
         )
+
+    def _remove_base(self, action: Cleanup, host: Hypervisor, attempts: Attempts) -> None:
+        """An unused base image and its marker; the host keeps it when a domain uses it."""
+        if not action.volumes:
+            raise ActionFailed("the plan's base cleanup names no volumes")
+        base = action.volumes[0].removesuffix(MARKER_SUFFIX)
+        deleted = self._call(
+            f"remove unused base image {base} on {host.name}",
+            lambda: host.remove_unused_base(base),
+            attempts,
+        )
+        if deleted:
+            log.info("Removed %s on %s.", ", ".join(deleted), host.name)
+        else:
+            log.info(
+                "Kept base image %s on %s: something on the host still uses it.", base, host.name
+            )
 
     def _replace(self, action: Replace, host: Hypervisor, attempts: Attempts) -> None:
         old, domain = action.replaces, action.domain or ""

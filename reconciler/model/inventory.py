@@ -37,6 +37,9 @@ class Owner:
     protect: bool = False
     """``lifecycle.protect`` as it was when the VM was created: the only way a
     plan can still honour it once the manifest is gone."""
+    image_base: str = ""
+    """The base volume the VM's overlay was created on. Empty for a VM created
+    before bases were named by content: its base is ``base-<image_key>.<format>``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,42 @@ def vm_volumes(domain: str) -> tuple[str, str]:
     return (f"{domain}{OVERLAY_SUFFIX}", f"{domain}{SEED_SUFFIX}")
 
 
+BASE_PREFIX = "base-"
+MARKER_SUFFIX = ".sha256"
+SHA_PREFIX = 12
+"""Hex digits of the sha256 in a content-named base: 48 bits, so two contents of one key
+never meet by chance, short enough for ``virsh vol-list``."""
+BASE_FORMATS = ("qcow2", "raw")
+
+
 def base_volume_name(image: Image) -> str:
-    """``base-<key>.<format>`` in the host's pool (DESIGN.md)."""
-    return f"base-{image.key}.{image.format.value}"
+    """The base volume ``image``'s overlays back onto, in the host's pool (DESIGN.md).
+
+    Named by content: ``base-<key>-<first 12 hex of sha256>.<format>``, so a new
+    sha256 (or url with its sha256) for a key is a new base, uploaded beside the
+    old one, which stays as long as an overlay uses it. An image without a
+    pinned sha256 has no content to be named by before it is downloaded: its
+    base keeps the key alone, ``base-<key>.<format>`` (the layout before content
+    names), and a changed download is uploaded over it only while no overlay
+    uses it.
+    """
+    if image.sha256:
+        prefix = image.sha256.strip().lower()[:SHA_PREFIX]
+        return f"{BASE_PREFIX}{image.key}-{prefix}.{image.format.value}"
+    return f"{BASE_PREFIX}{image.key}.{image.format.value}"
+
+
+def legacy_base_names(key: str) -> tuple[str, str]:
+    """``base-<key>.qcow2`` and ``base-<key>.raw``: a base named by key alone (the layout
+    before content names, and the name of an image without a pinned sha256)."""
+    return (f"{BASE_PREFIX}{key}.qcow2", f"{BASE_PREFIX}{key}.raw")
+
+
+def base_marker_name(base: str) -> str:
+    """The marker volume beside base volume ``base``: its verified checksum, written last."""
+    return f"{base}{MARKER_SUFFIX}"
+
+
+def is_base_volume(name: str) -> bool:
+    """True for a name shaped as a base volume (``base-*.qcow2`` or ``base-*.raw``)."""
+    return name.startswith(BASE_PREFIX) and name.rpartition(".")[2] in BASE_FORMATS

@@ -22,12 +22,16 @@ from test_engine_libvirt import engine, fleet_yaml, proxy_yaml
 from reconciler.core.domainxml import overlay_volume_xml
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.model import ActionKind, Host
+from reconciler.model.plan import Create
 from reconciler.model.report import ActionResult, RunResult
-from reconciler.model.vm import vm_volumes
+from reconciler.model.vm import base_volume_name, vm_volumes
 
 __all__ = ["engine"]  # the fixture, shared with test_engine_libvirt
 
-BASE = "base-blank.qcow2"
+
+def base_of(blank: BlankImage) -> str:
+    """The base volume of fleet_yaml's image ``blank``: named by its content."""
+    return f"base-blank-{blank.sha256[:12]}.qcow2"
 
 
 @pytest.fixture
@@ -50,9 +54,9 @@ def volume_names(pool: Any) -> set[str]:
 def leave_volumes_of_a_killed_create(pool: Any, prepared: Prepared, proxy: str) -> str:
     """The overlay (on the base) and seed of ``proxy``'s planned create; no domain."""
     (create,) = [a for a in prepared.plan.actions if a.proxy == proxy]
-    assert create.kind is ActionKind.CREATE and create.domain
+    assert isinstance(create, Create) and create.domain
     overlay, seed = vm_volumes(create.domain)
-    base_path = pool.storageVolLookupByName(BASE).path()
+    base_path = pool.storageVolLookupByName(base_volume_name(create.vm.image)).path()
     pool.createXML(
         overlay_volume_xml(overlay, capacity_gib=1, base_path=base_path, base_format="qcow2"), 0
     )
@@ -117,7 +121,7 @@ def test_volumes_a_killed_create_left_are_removed_when_the_manifest_no_longer_ha
     ]
     left = volume_names(pool_handle)
     assert not left & set(vm_volumes(killed))
-    assert {BASE, "keep-notes.qcow2", *vm_volumes(web1)} <= left
+    assert {base_of(blank_image), "keep-notes.qcow2", *vm_volumes(web1)} <= left
     assert [d.name() for d in local_conn.listAllDomains(0) if d.name() == web1] == [web1]
     assert rpcs.count("virStorageVolDelete") == 2
     assert rpcs.count("virStoragePoolListAllVolumes") == 1

@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import signal
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -91,7 +92,7 @@ def test_an_image_without_a_pinned_sha256_is_marked_with_the_checksum_of_the_fil
     assert marker_of(pool[1], unpinned).split()[0] == blank_image.sha256
 
 
-def test_a_changed_sha256_uploads_the_base_again(
+def test_a_changed_sha256_uploads_a_new_base_named_by_its_content_beside_the_old_one(
     adapter: LibvirtHost, pool: tuple[str, Path], tmp_path: Path
 ) -> None:
     first = random_image(tmp_path, megabytes=1)
@@ -103,8 +104,11 @@ def test_a_changed_sha256_uploads_the_base_again(
 
     adapter.ensure_image(changed, second_file)
 
+    assert base_volume_name(changed) == f"base-{first.image.key}-{second_sha[:12]}.raw"
     assert (pool[1] / base_volume_name(changed)).read_bytes() == second_file.read_bytes()
-    assert marker_of(pool[1], changed).split()[0] == second_sha
+    assert marker_of(pool[1], changed) == f"{second_sha}  {base_volume_name(changed)}\n"
+    assert (pool[1] / base_volume_name(first.image)).read_bytes() == first.path.read_bytes()
+    assert marker_of(pool[1], first.image).split()[0] == first.sha256
 
 
 def test_a_missing_marker_uploads_the_base_again(
@@ -200,10 +204,11 @@ def test_a_link_lost_mid_upload_leaves_no_marker_and_the_next_attempt_uploads_in
     assert marker_of(pool[1], img.image).split()[0] == img.sha256
 
 
-def test_a_base_with_overlays_on_it_is_not_replaced(
+def test_a_new_sha256_leaves_the_old_base_under_its_overlay_and_the_vm_on_it_untouched(
     adapter: LibvirtHost,
     blank_image: BlankImage,
     pool: tuple[str, Path],
+    local_conn: Any,
     make_spec: Callable[..., VmSpec],
     cleanup_domains: list[str],
     tmp_path: Path,
@@ -215,16 +220,46 @@ def test_a_base_with_overlays_on_it_is_not_replaced(
     newer = tmp_path / "newer.qcow2"
     newer.write_bytes(blank_image.path.read_bytes() + b"\0" * 512)
     changed = replace(blank_image.image, sha256=hashlib.sha256(newer.read_bytes()).hexdigest())
-    base = pool[1] / base_volume_name(blank_image.image)
+
+    adapter.ensure_image(changed, newer)
+
+    old, new = (pool[1] / base_volume_name(i) for i in (blank_image.image, changed))
+    assert old.read_bytes() == blank_image.path.read_bytes()
+    assert new.read_bytes() == newer.read_bytes()
+    assert backing_of(volumes(local_conn, pool[0])[spec.overlay_name]) == str(old)
+    assert local_conn.lookupByName(spec.domain).isActive()
+
+
+def test_an_unpinned_base_with_overlays_on_it_is_not_replaced_by_a_changed_download(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    pool: tuple[str, Path],
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+    tmp_path: Path,
+) -> None:
+    unpinned = replace(blank_image.image, sha256=None)
+    adapter.ensure_image(unpinned, blank_image.path)
+    spec = make_spec("user", unpinned)
+    cleanup_domains.append(spec.domain)
+    adapter.create(spec)
+    newer = tmp_path / "newer.qcow2"
+    newer.write_bytes(blank_image.path.read_bytes() + b"\0" * 512)
+    base = pool[1] / base_volume_name(unpinned)
+    assert base.name == f"base-{unpinned.key}.qcow2"
 
     with pytest.raises(PermanentError, match="base image in use by 1 overlays"):
-        adapter.ensure_image(changed, newer)
+        adapter.ensure_image(unpinned, newer)
 
     assert base.read_bytes() == blank_image.path.read_bytes()
-    assert marker_of(pool[1], blank_image.image).split()[0] == blank_image.sha256
     adapter.delete(spec.domain)
-    adapter.ensure_image(changed, newer)
+    adapter.ensure_image(unpinned, newer)
     assert base.read_bytes() == newer.read_bytes()
+
+
+def backing_of(volume: Any) -> str | None:
+    """The backing file a volume's own XML names."""
+    return ET.fromstring(volume.XMLDesc(0)).findtext("backingStore/path")
 
 
 def test_a_locally_classified_failure_keeps_the_healthy_connection(
