@@ -52,4 +52,7 @@ def test_proxyfleet_run_with_a_broken_config_exits_1_naming_file_and_line(tmp_pa
         check=False,
     )
     assert out.returncode == 1
-    assert f"{config}:3:1: interval: 'fast' is not of type 'number'" in out.stderr
+    assert (
+        f"{config}:3:1: interval: must be a number of seconds (at least 1) or a duration"
+        in out.stderr
+    )
