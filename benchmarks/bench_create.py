@@ -2,7 +2,7 @@
 
 Both sides create the same 20 VMs on the same lab host from the same base
 image already in its pool: 1 vCPU, 256 MiB, a 3 GiB qcow2 overlay on
-``base-debian12-bios.qcow2``, a cloud-init seed ISO with a small cloud-config,
+``base-debian12-bios-<sha256[:12]>.qcow2``, a cloud-init seed ISO with a small cloud-config,
 one NIC on the host's bridge ``br0``, BIOS, TCG.
 
 - proxyfleet: ``proxyfleet apply --yes --no-wait --json`` on a fleet repo of
@@ -54,10 +54,18 @@ from benchmarks.common import (
     proxy_yaml,
 )
 from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.model import Image
+from reconciler.model.vm import base_volume_name
 
 FLEET = "cr"
 IMAGE_KEY = "debian12-bios"
-BASE = f"base-{IMAGE_KEY}.qcow2"
+
+
+def base_name(lab: dict[str, Any]) -> str:
+    """The base volume proxyfleet uploads for the lab image (named by its content)."""
+    return base_volume_name(Image(key=IMAGE_KEY, url="", sha256=lab["image"]["sha256"]))
+
+
 KCLI_NET = "kcli-br0"
 KCLI_PREFIX = "kc"
 USER_DATA_CMD = "echo bench > /run/bench"
@@ -205,7 +213,7 @@ def main() -> int:
             "-c",
             str(args.count),
             "-i",
-            BASE,
+            base_name(lab),
             "-P",
             "memory=256",
             "-P",

@@ -50,6 +50,8 @@ from labutil import (
 
 from lab import config as lab_config
 from lab.hosts import LabError
+from reconciler.model import Image
+from reconciler.model.vm import base_volume_name
 
 LAB_HOSTS = 3
 UEFI, BIOS = "debian12", "debian12-bios"
@@ -360,7 +362,8 @@ def test_libvirtd_restarted_mid_apply_then_the_next_apply_converges_with_nothing
     fleet: Fleet,
 ) -> None:
     host, _ = fleet.where("b-two")  # a host with a running VM ...
-    base = pool_file(host, f"base-{BIOS}.qcow2")
+    sha256 = fleet.lab["image"]["sha256"]
+    base = pool_file(host, base_volume_name(Image(key=BIOS, url="", sha256=sha256)))
     assert not base.exists()  # ... and no BIOS base yet: the create must upload it first
     fleet.put("c-bios", "zone-b", BIOS, pin=host)
     fleet.commit("add c-bios")
