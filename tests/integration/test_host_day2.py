@@ -4,6 +4,7 @@ vCPUs and memory as the running domain has them (a hand edit shows)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import libvirt
 import pytest
 from hostservices import BlankImage
 
@@ -144,8 +146,6 @@ def full_pool(local_conn: Any) -> Any:
     import tempfile
     import xml.etree.ElementTree as ET
 
-    from conftest import remove_pool
-
     name = f"pf-it-full-{secrets.token_hex(3)}"
     directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/var/tmp"))
     subprocess.run(
@@ -160,7 +160,10 @@ def full_pool(local_conn: Any) -> Any:
         yield name
     finally:
         subprocess.run(["umount", "-l", str(directory)], check=False)
-        remove_pool(handle)
+        for step in (handle.destroy, handle.undefine):
+            with contextlib.suppress(libvirt.libvirtError):
+                step()
+        directory.rmdir()
 
 
 def test_an_upload_into_a_full_pool_fails_at_once_naming_the_pool_and_its_free_space(
