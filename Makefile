@@ -47,10 +47,10 @@ unit: deps
 # under TCG; the guest image is built on the first run, ~3-4 min, and cached).
 test: lint
 	$(BIN)/pytest -q -m "not lab"
-	$(BIN)/pytest -q -m lab tests/lab
+	$(BIN)/pytest -q -m lab tests/lab --durations=0 --durations-min=30
 
 test-lab: deps
-	$(BIN)/pytest -q -m lab tests/lab
+	$(BIN)/pytest -q -m lab tests/lab --durations=0 --durations-min=30
 
 demo: deps
 	$(BIN)/python -m lab.demo

@@ -193,11 +193,6 @@ class Engine:
         self.pool.close()
 
 
-def reconcile_once(root: Path, *, revision: str, engine: Engine) -> RunReport:
-    """One cycle with ``engine`` (see ``Engine.reconcile_once``)."""
-    return engine.reconcile_once(root, revision=revision)
-
-
 def stalled_report(
     problems: Sequence[str],
     *,
