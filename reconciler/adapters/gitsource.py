@@ -58,13 +58,13 @@ def git_message(exc: GitError) -> str:
     return redact(str(exc))
 
 
-def open_or_init(path: Path, url: str, env: dict[str, str]) -> git.Repo:
-    """The repo at ``path`` (created if missing) with ``origin`` pointing at ``url``."""
+def open_or_init(path: Path, url: str, env: dict[str, str], *, bare: bool = False) -> git.Repo:
+    """The repo at ``path`` (created, ``bare`` or not, if missing) with ``origin`` at ``url``."""
     try:
         repo = git.Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
         path.mkdir(parents=True, exist_ok=True)
-        repo = git.Repo.init(path)
+        repo = git.Repo.init(path, bare=bare)
     repo.git.update_environment(**env)
     if "origin" not in [r.name for r in repo.remotes]:
         repo.create_remote("origin", url)

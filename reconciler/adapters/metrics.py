@@ -133,6 +133,14 @@ class Metrics:
             ["rpc", "host"],
             registry=r,
         )
+        self.report_errors = Counter(
+            "proxyfleet_report_errors",
+            "Failures to record a run's metrics or to write its status, by stage.",
+            ["stage"],
+            registry=r,
+        )
+        for stage in ("metrics", "status"):
+            self.report_errors.labels(stage)
         for condition in CONDITIONS:
             self.condition.labels(condition).set(0)
         for kind in ActionKind:
@@ -143,6 +151,10 @@ class Metrics:
         self.rpc.labels(rpc, host).observe(seconds)
         if not ok:
             self.rpc_errors.labels(rpc, host).inc()
+
+    def report_failed(self, stage: str) -> None:
+        """Count a failure to record metrics (``metrics``) or to write the status (``status``)."""
+        self.report_errors.labels(stage).inc()
 
     def source_result(self, *, ok: bool) -> None:
         self.source_up.set(1 if ok else 0)

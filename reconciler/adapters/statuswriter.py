@@ -1,14 +1,16 @@
 """Status back to the repo: ``<path>/status.yaml`` and ``<path>/STATUS.md`` on the status branch.
 
-The writer keeps a clone of its own in the state dir. Each publish fetches the
-status branch, starts from its tip (or from nothing: an orphan branch), reads
-the previous status.yaml, builds the new one and commits only when something
-meaningful changed. A rejected push is fetched, regenerated on top of the new
-tip and pushed again, a bounded number of times; it is never forced.
+The writer keeps a repository of its own in the state dir (bare, no work
+tree). Each publish fetches the status branch, starts from its tip (or from
+nothing: an orphan branch), reads the previous status.yaml, builds the new one
+and commits only when something meaningful changed. A rejected push is
+fetched, regenerated on top of the new tip and pushed again, a bounded number
+of times; it is never forced.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,8 @@ from typing import Protocol
 
 import git
 from git.exc import GitCommandError, GitError
+from git.objects import Blob
+from gitdb import IStream  # type: ignore[import-untyped]
 
 from reconciler.adapters.gitsource import git_environment, git_message, open_or_init, redact
 from reconciler.core import statusdoc
@@ -27,6 +31,9 @@ log = logging.getLogger(__name__)
 
 AUTHOR_NAME = "proxyfleet"
 AUTHOR_EMAIL = "proxyfleet@localhost"
+_REGULAR_MODES = ("100644", "100755")
+MAX_STATUS_BYTES = 1024 * 1024
+"""A previous status.yaml larger than this is ignored (ours stay far below it)."""
 _REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "stale info")
 
 
@@ -71,7 +78,17 @@ class MemoryStatusSink:
 
 
 class GitStatusWriter:
-    """A StatusSink committing to ``status.branch`` of the fleet repo's remote."""
+    """A StatusSink committing to ``status.branch`` of the fleet repo's remote.
+
+    The status branch is input from anyone who can push to it: it may hold a
+    symlink where STATUS.md belongs, or a status.yaml that is not ours. So the
+    writer never checks the branch out. It reads the previous status.yaml as a
+    blob (regular files only, size-capped, shape-checked), writes the new blobs
+    into the object database, builds the tree in a private index file
+    (``--replace`` drops whatever stood at those paths, links included) and
+    makes the commit with ``commit-tree``. Nothing is written through a work
+    tree, so no link on the branch can point a write anywhere.
+    """
 
     def __init__(self, repo: RepoSettings, status: StatusSettings, workdir: Path) -> None:
         self._repo_settings = repo
@@ -89,13 +106,13 @@ class GitStatusWriter:
     def publish(self, report: RunReport) -> Published:
         entry = statusdoc.run_entry(report)
         try:
-            repo = open_or_init(self._workdir, self._repo_settings.url, self._env)
+            repo = open_or_init(self._workdir, self._repo_settings.url, self._env, bare=True)
         except (GitError, OSError) as exc:
             return self._failed(f"cannot prepare {self._workdir}: {exc}")
         error = ""
         for attempt in range(1, self._settings.push_attempts + 1):
             try:
-                previous = self._start_from_remote(repo)
+                parent, previous = self._start_from_remote(repo)
             except GitCommandError as exc:
                 return self._failed(f"fetching the status branch failed: {git_message(exc)}")
             if self._runs is None:
@@ -107,11 +124,11 @@ class GitStatusWriter:
                 return Published()
             message = statusdoc.commit_message(previous, doc)
             try:
-                commit = self._commit(repo, doc, message)
+                commit = self._commit(repo, parent, doc, message)
                 repo.git.push(
                     "--porcelain",
                     "origin",
-                    f"HEAD:refs/heads/{self._settings.branch}",
+                    f"{commit}:refs/heads/{self._settings.branch}",
                     kill_after_timeout=self._repo_settings.fetch_timeout,
                 )
             except GitCommandError as exc:
@@ -134,8 +151,8 @@ class GitStatusWriter:
         log.warning("Status not written: %s", message)
         return Published(error=message)
 
-    def _start_from_remote(self, repo: git.Repo) -> statusdoc.Doc | None:
-        """Make the work tree the remote status branch (or empty) and read status.yaml."""
+    def _start_from_remote(self, repo: git.Repo) -> tuple[str, statusdoc.Doc | None]:
+        """Fetch the remote status branch: its tip ('' when there is none) and its status.yaml."""
         branch = self._settings.branch
         remote_ref = f"refs/remotes/origin/{branch}"
         exists = bool(
@@ -148,30 +165,63 @@ class GitStatusWriter:
                 )
             ).strip()
         )
-        if exists:
-            repo.git.fetch(
-                "--no-tags",
-                "origin",
-                f"+refs/heads/{branch}:{remote_ref}",
-                kill_after_timeout=self._repo_settings.fetch_timeout,
-            )
-            repo.git.checkout("--force", "-B", branch, remote_ref)
-            repo.git.reset("--hard", remote_ref)
-        else:
-            repo.git.symbolic_ref("HEAD", f"refs/heads/{branch}")
-            repo.git.update_ref("-d", f"refs/heads/{branch}")
-            repo.git.read_tree("--empty")
-        repo.git.clean("-ffdx")
-        status_file = self._workdir / self._settings.path / "status.yaml"
-        if not status_file.is_file():
-            return None
-        return statusdoc.parse_yaml(status_file.read_text(encoding="utf-8"))
+        if not exists:
+            return "", None
+        repo.git.fetch(
+            "--no-tags",
+            "origin",
+            f"+refs/heads/{branch}:{remote_ref}",
+            kill_after_timeout=self._repo_settings.fetch_timeout,
+        )
+        parent = str(repo.git.rev_parse("--verify", f"{remote_ref}^{{commit}}"))
+        return parent, self._previous(repo, parent)
 
-    def _commit(self, repo: git.Repo, doc: statusdoc.Doc, message: str) -> str:
-        directory = self._workdir / self._settings.path
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "status.yaml").write_text(statusdoc.dump_yaml(doc), encoding="utf-8")
-        (directory / "STATUS.md").write_text(render_markdown(doc), encoding="utf-8")
-        repo.git.add("--", self._settings.path)
-        repo.git.commit("--quiet", "--no-gpg-sign", "--no-verify", "-m", message)
-        return str(repo.git.rev_parse("HEAD"))
+    def _previous(self, repo: git.Repo, parent: str) -> statusdoc.Doc | None:
+        """The status.yaml of ``parent`` when it is a regular, small, well-formed file."""
+        path = self._file("status.yaml")
+        listing = str(repo.git.ls_tree("-l", parent, "--", path)).strip()
+        # "<mode> <type> <sha> <size>\t<path>"; a link is mode 120000, a directory a tree.
+        fields = listing.split("\t", 1)[0].split()
+        if len(fields) != 4 or fields[0] not in _REGULAR_MODES or fields[1] != "blob":
+            if listing:
+                log.warning("Ignoring %s on the status branch: not a regular file.", path)
+            return None
+        if int(fields[3]) > MAX_STATUS_BYTES:
+            log.warning("Ignoring %s on the status branch: over %d bytes.", path, MAX_STATUS_BYTES)
+            return None
+        text = str(repo.git.cat_file("blob", fields[2]))
+        doc = statusdoc.parse_yaml(text)
+        if doc is None:
+            log.warning("Ignoring %s on the status branch: not a status document.", path)
+        return doc
+
+    def _file(self, name: str) -> str:
+        directory = self._settings.path.strip("/")
+        return f"{directory}/{name}" if directory and directory != "." else name
+
+    def _commit(self, repo: git.Repo, parent: str, doc: statusdoc.Doc, message: str) -> str:
+        """A commit of ``parent``'s tree with our two files (re)placed; no work tree involved."""
+        blobs = {
+            self._file("status.yaml"): statusdoc.dump_yaml(doc),
+            self._file("STATUS.md"): render_markdown(doc),
+        }
+        index = Path(repo.git_dir) / "proxyfleet-status.index"
+        index.unlink(missing_ok=True)
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            if parent:
+                repo.git.read_tree(parent, env=env)
+            else:
+                repo.git.read_tree("--empty", env=env)
+            for path, text in blobs.items():
+                data = text.encode("utf-8")
+                stored = repo.odb.store(IStream(Blob.type, len(data), io.BytesIO(data)))
+                sha = stored.hexsha.decode("ascii")
+                repo.git.update_index(
+                    "--add", "--replace", "--cacheinfo", f"100644,{sha},{path}", env=env
+                )
+            tree = str(repo.git.write_tree(env=env))
+        finally:
+            index.unlink(missing_ok=True)
+        args = [tree, *(["-p", parent] if parent else []), "--no-gpg-sign", "-m", message]
+        return str(repo.git.commit_tree(*args))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from reconciler.cli.common import add_repo_argument, table
 from reconciler.core import statusdoc
 
 STATUS_FILE = "status.yaml"
+MAX_STATUS_BYTES = 1024 * 1024
 
 
 def register(sub: Any) -> None:
@@ -63,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
 def read_status(root: Path, *, branch: str, path: str) -> tuple[str, dict[str, Any]] | None:
     """(where it was read, the document), or None when no readable status is found."""
     local = root / path / STATUS_FILE
-    if local.is_file():
-        doc = statusdoc.parse_yaml(local.read_text(encoding="utf-8"))
+    # A link (to anywhere) or a huge file on the status branch is not a status.
+    if _regular_small(local):
+        doc = statusdoc.parse_yaml(local.read_text(encoding="utf-8", errors="replace"))
         if doc is not None:
             return str(local), doc
     for ref in (branch, f"origin/{branch}"):
@@ -73,6 +76,14 @@ def read_status(root: Path, *, branch: str, path: str) -> tuple[str, dict[str, A
         if doc is not None:
             return f"{ref}:{path}/{STATUS_FILE}", doc
     return None
+
+
+def _regular_small(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_STATUS_BYTES
 
 
 def _git_show(root: Path, spec: str) -> str | None:

@@ -13,12 +13,12 @@ file and line: nothing may act on a half-valid fleet.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.core import crossref
+from reconciler.core import crossref, repofiles
+from reconciler.core.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
 from reconciler.core.schemacheck import SCHEMA_FILES, check, did_you_mean
 from reconciler.core.yamlload import Document, FieldPath, load_documents
 from reconciler.errors import InvalidInput, Problem
@@ -48,7 +48,9 @@ from reconciler.model.fleet import (
 FLEET_FILE = crossref.FLEET_FILE
 """The one file, at the repo root, that holds the ``kind: Fleet`` document."""
 
-MANIFEST_SUFFIXES = (".yaml", ".yml")
+DEFAULT_LIMITS = ReadLimits()
+
+__all__ = ["FLEET_FILE", "MANIFEST_SUFFIXES", "ReadLimits", "load_repo", "manifest_files"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +61,25 @@ class _Loaded:
     document: Document
 
 
-def load_repo(root: Path) -> Repo:
-    """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem."""
+def load_repo(root: Path, *, limits: ReadLimits = DEFAULT_LIMITS) -> Repo:
+    """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem.
+
+    Files are read as ``repofiles`` says (regular files only, within ``limits``).
+    """
     if not root.is_dir():
         raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
     problems: list[Problem] = []
     loaded: list[_Loaded] = []
     broken_files: set[str] = set()
-    for rel in manifest_files(root):
-        documents, found = _read(root / rel, rel)
+    reader = Reader(root, limits)
+    for entry in repofiles.walk(root):
+        if entry.problem:
+            problems.append(Problem(entry.rel, 0, 0, "", entry.problem))
+            broken_files.add(entry.rel)
+            continue
+        documents, found = _read(reader, entry.rel)
         if found:
-            broken_files.add(rel)
+            broken_files.add(entry.rel)
         problems.extend(found)
         for document in documents:
             problems.extend(_classify(document, loaded))
@@ -90,26 +100,17 @@ def load_repo(root: Path) -> Repo:
 
 def manifest_files(root: Path) -> list[str]:
     """Paths (relative, '/'-separated, sorted) of every manifest file under ``root``."""
-    found: list[str] = []
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        base = Path(directory).relative_to(root)
-        for name in files:
-            if name.startswith(".") or not name.endswith(MANIFEST_SUFFIXES):
-                continue
-            found.append((base / name).as_posix())
-    return sorted(found)
+    return [entry.rel for entry in repofiles.walk(root) if not entry.problem]
 
 
 def _order(problem: Problem) -> tuple[str, int, int, str, str]:
     return (problem.file, problem.line, problem.column, problem.field, problem.message)
 
 
-def _read(path: Path, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return (), (Problem(rel, 0, 0, "", f"cannot read: {exc.strerror}"),)
+def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
+    raw = reader.read(rel)
+    if isinstance(raw, Problem):
+        return (), (raw,)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

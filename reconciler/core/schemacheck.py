@@ -25,6 +25,10 @@ from reconciler.errors import Problem
 SCHEMA_FILES = {"Fleet": "fleet.schema.json", "Proxy": "proxy.schema.json"}
 """Schema file of each manifest kind, in the ``schemas/`` directory shipped with the package."""
 
+SECRET_FIELDS: tuple[FieldPath, ...] = (("spec", "cloudInit"),)
+"""Fields whose values may carry secrets (passwords in userData): an error below one of
+them names the field and the kind of value, never the value itself."""
+
 _TYPE_NAMES = {
     "string": "a string",
     "integer": "an integer",
@@ -115,8 +119,26 @@ def _problems(
     elif error.validator in ("minProperties", "maxProperties"):
         message = hint or error.message
         yield _problem(document, document.key_mark(path), path, message)
+    elif _secret(path):
+        message = _describe_secret(error, sub, hint)
+        yield _problem(document, document.value_mark(path), path, message)
     else:
         yield _problem(document, document.value_mark(path), path, _describe(error, sub, hint))
+
+
+def _secret(path: FieldPath) -> bool:
+    return any(path[: len(prefix)] == prefix for prefix in SECRET_FIELDS)
+
+
+def _describe_secret(error: ValidationError, sub: dict[str, Any], hint: str | None) -> str:
+    """Like ``_describe``, without the value: it may be a password."""
+    got = _kind_of(error.instance, show=False)
+    if error.validator == "type":
+        if hint:
+            return f"{hint} (got {got})"
+        expected = " or ".join(_TYPE_NAMES.get(t, t) for t in _strings(error.validator_value))
+        return f"expected {expected}, got {got}"
+    return f"{hint or 'invalid value'} (the value is not shown: this field may hold secrets)"
 
 
 def _unknown(key: str, allowed: Sequence[str]) -> str:
@@ -152,13 +174,15 @@ def _describe(error: ValidationError, sub: dict[str, Any], hint: str | None) -> 
     return hint or error.message
 
 
-def _kind_of(instance: object) -> str:
+def _kind_of(instance: object, *, show: bool = True) -> str:
     if isinstance(instance, bool):
         return f"a boolean ({str(instance).lower()})"
     if isinstance(instance, int):
-        return f"an integer ({instance})"
+        return f"an integer ({instance})" if show else "an integer"
     if isinstance(instance, float):
-        return f"a number ({instance})"
+        return f"a number ({instance})" if show else "a number"
+    if isinstance(instance, str) and not show:
+        return "a string (not shown)"
     if isinstance(instance, str):
         shown = instance if len(instance) <= 40 else instance[:37] + "..."
         return f"a string ({shown!r})"

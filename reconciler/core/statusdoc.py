@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
+from reconciler.core.yamlload import load_documents
 from reconciler.model.plan import ActionKind, Blocked
 from reconciler.model.report import ActionResult, RunReport, RunResult
 
@@ -289,9 +289,61 @@ def dump_yaml(doc: Mapping[str, Any]) -> str:
 
 
 def parse_yaml(text: str) -> Doc | None:
-    """A previous status.yaml, or None when it is missing or unreadable."""
-    try:
-        data = YAML(typ="safe", pure=True).load(text)
-    except YAMLError:
+    """A previous status.yaml, or None when it is missing, unreadable or not ours.
+
+    The status branch takes pushes from anyone with commit access, so the text
+    is loaded with the bounded loader and its shape checked (``well_formed``):
+    a document this module could trip over counts as absent.
+    """
+    documents, problems = load_documents(text, "status.yaml")
+    if problems or len(documents) != 1:
         return None
-    return data if isinstance(data, dict) and data.get("kind") == KIND else None
+    data = documents[0].data
+    return data if well_formed(data) else None
+
+
+_SCALAR = (str, int, float, bool, type(None))
+_ENTRY_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "conditions": {"type": str, "status": str, "reason": str, "message": str},
+    "proxies": {"name": str, "host": str, "domain": str, "state": str, "health": str},
+    "hosts": {"name": str, "reachable": bool},
+    "blocked": {},
+    "abandoned": {},
+    "runs": {},
+}
+
+
+def well_formed(data: Any) -> bool:
+    """True when ``data`` has the shape ``build`` writes (every field this module reads)."""
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return False
+    for key in ("updated", "observedRevision", "lastAttemptedRevision", "lastAppliedRevision"):
+        if not isinstance(data.get(key, ""), str):
+            return False
+    if not isinstance(data.get("suspended", False), bool):
+        return False
+    for key, required in _ENTRY_KEYS.items():
+        entries = data.get(key, [])
+        if not isinstance(entries, list) or not all(
+            _entry_ok(entry, required, run=key == "runs") for entry in entries
+        ):
+            return False
+    return True
+
+
+def _entry_ok(entry: Any, required: Mapping[str, type | tuple[type, ...]], *, run: bool) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    if any(not isinstance(entry.get(k), t) for k, t in required.items()):
+        return False
+    if not isinstance(entry.get("since", ""), str):
+        return False
+    for value in entry.values():
+        if isinstance(value, _SCALAR):
+            continue
+        if run and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue
+        if run and isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
+            continue
+        return False
+    return True

@@ -11,6 +11,13 @@ Strings are handed over exactly as YAML defines them: a block scalar keeps its
 content, its indentation-stripped lines and its chomping, nothing is re-encoded.
 YAML errors (tabs, unterminated strings, duplicate keys, undefined aliases)
 become ``Problem`` values instead of exceptions, so one run reports them all.
+
+The text may come from anyone with commit access, so two things are bounded:
+nesting depth (``MAX_DEPTH``; ruamel's composer recurses and would end in a
+RecursionError) and the number of values a document expands to once aliases
+are followed (``MAX_VALUES``; a few hundred bytes of nested aliases otherwise
+expand to gigabytes). Past either, the document is dropped with a problem.
+Problems never quote a scalar's value: it may be a secret.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import MaxDepthExceededError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
@@ -31,6 +39,14 @@ FieldPath = tuple[str | int, ...]
 """A path into a document: mapping keys and list indices, outermost first."""
 
 _TAG = "tag:yaml.org,2002:"
+
+MAX_DEPTH = 64
+"""Nesting levels a document may have (a fleet manifest needs about six)."""
+MAX_VALUES = 200_000
+"""Values one document may expand to, aliases followed (a 1 MiB manifest without aliases
+holds at most about that many)."""
+_MAX_PATH = 4 * MAX_DEPTH
+"""Depth a document may reach through aliases (each alias may add ``MAX_DEPTH``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,22 +97,30 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
-def load_documents(text: str, file: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
+def load_documents(
+    text: str, file: str, *, max_depth: int = MAX_DEPTH, max_values: int = MAX_VALUES
+) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
     """Every document of ``text`` (a file's content) and every problem found.
 
     A YAML syntax error ends the stream: the documents before it are returned,
     the rest of the file cannot be read. Empty documents (a bare ``---``) are
-    dropped: they say nothing.
+    dropped: they say nothing. So is a document nested deeper than
+    ``max_depth`` or expanding to more than ``max_values`` values.
     """
     yaml = YAML(typ="rt", pure=True)
+    yaml.max_depth = max_depth
     documents: list[Document] = []
     problems: list[Problem] = []
     try:
         for node in yaml.compose_all(io.StringIO(text)):
             if _is_empty(node):
                 continue
-            builder = _Builder(file)
-            data = builder.convert(node, ())
+            builder = _Builder(file, max_values=max_values)
+            try:
+                data = builder.convert(node, ())
+            except _TooLarge as exc:
+                problems.append(exc.problem)
+                continue
             documents.append(
                 Document(
                     file=file,
@@ -107,8 +131,16 @@ def load_documents(text: str, file: str) -> tuple[tuple[Document, ...], tuple[Pr
                 )
             )
             problems.extend(builder.problems)
+    except MaxDepthExceededError as exc:
+        mark = exc.problem_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+        message = f"invalid YAML: nested deeper than {max_depth} levels"
+        problems.append(Problem(file, line, column, "", message))
     except MarkedYAMLError as exc:
         problems.append(_marked_problem(exc, file))
+    except RecursionError:
+        # A last line of defence: max_depth should always fire first.
+        problems.append(Problem(file, 0, 0, "", "invalid YAML: nested too deeply"))
     except ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
@@ -147,17 +179,37 @@ def _marked_problem(exc: MarkedYAMLError, file: str) -> Problem:
     return Problem(file, mark.line + 1, mark.column + 1, "", message)
 
 
+class _TooLarge(Exception):
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        super().__init__(str(problem))
+
+
 class _Builder:
     """Turns one composed document into plain values and position tables."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, *, max_values: int = MAX_VALUES) -> None:
         self.file = file
         self.values: dict[FieldPath, Mark] = {}
         self.keys: dict[FieldPath, Mark] = {}
         self.problems: list[Problem] = []
         self._active: set[int] = set()
+        self._left = max_values
+        self._max_values = max_values
 
     def convert(self, node: Node, path: FieldPath) -> Any:
+        self._left -= 1
+        if self._left < 0:
+            mark = _mark(node)
+            message = (
+                f"invalid YAML: the document expands to more than {self._max_values} values "
+                "(aliases followed); nested aliases are refused"
+            )
+            raise _TooLarge(Problem(self.file, mark.line, mark.column, "", message))
+        if len(path) > _MAX_PATH:
+            mark = _mark(node)
+            message = "invalid YAML: aliases nest the document too deeply"
+            raise _TooLarge(Problem(self.file, mark.line, mark.column, "", message))
         self.values.setdefault(path, _mark(node))
         if id(node) in self._active:
             mark = _mark(node)

@@ -273,16 +273,32 @@ class Daemon:
         with self._lock:
             self._cycle_started = None
             self._last_completed = self._monotonic()
-        self.metrics.record(report)
-        if self._status is not None:
-            published = self._status.publish(report)
-            if published.error:
-                log.warning("Status not written back: %s", published.error)
+        self._report(report)
         self.reports = [*self.reports[-9:], report]
         summary = _summary(report)
         log.info("Reconcile finished: %s.", summary)
         self._notifier.status(summary)
         return report
+
+    def _report(self, report: RunReport) -> None:
+        """Metrics and the status branch; a failure of either is logged and counted, never
+        raised: a document on the status branch must not be able to end the daemon."""
+        try:
+            self.metrics.record(report)
+        except Exception as exc:  # a bug or a hostile value must not end the loop
+            log.error("Recording metrics failed: %s", exc, exc_info=True)
+            self.metrics.report_failed("metrics")
+        if self._status is None:
+            return
+        try:
+            published = self._status.publish(report)
+        except Exception as exc:  # as above: the status branch is untrusted input
+            log.error("Writing the status failed: %s", exc, exc_info=True)
+            self.metrics.report_failed("status")
+            return
+        if published.error:
+            log.warning("Status not written back: %s", published.error)
+            self.metrics.report_failed("status")
 
     def _start_watcher(self) -> RepoWatcher | None:
         local = self.settings.repo.local_path
