@@ -135,3 +135,16 @@ def test_verify_commits_refuses_a_head_signed_by_an_unknown_key(
     with pytest.raises(SourceError, match="refused by verifyCommits") as err:
         source.sync()
     assert "not signed" not in str(err.value)
+
+
+def test_a_repo_path_that_the_repo_made_a_symlink_is_refused(
+    remote: Remote, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "box-secrets"
+    elsewhere.mkdir()
+    (elsewhere / "fleet.yaml").write_text("kind: Fleet\n")
+    (remote.work / "fleet").symlink_to(elsewhere)
+    head = remote.commit({}, "fleet is a link now")
+    with pytest.raises(SourceError, match="'fleet' is a symbolic link") as caught:
+        source_for(remote, tmp_path, path="fleet").sync()
+    assert caught.value.revision == head

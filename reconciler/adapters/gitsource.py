@@ -81,6 +81,22 @@ def head_commit(repo: git.Repo) -> str | None:
         return None
 
 
+def _check_root(workdir: Path, path: str, revision: str) -> None:
+    """Refuse a ``path`` that the repo itself turned into a link (it could name any directory
+    of the management box): no component may be a symbolic link."""
+    current = workdir
+    for part in Path(path).parts:
+        if part in (".", ""):
+            continue
+        current = current / part
+        if current.is_symlink():
+            raise SourceError(
+                f"the repo path {path!r} is a symbolic link in the repo at {revision[:12]}; "
+                "nothing is read through it",
+                revision=revision,
+            )
+
+
 class GitSource:
     """A Source backed by a clone in ``workdir`` of ``settings.url``."""
 
@@ -122,6 +138,7 @@ class GitSource:
             repo.git.reset("--hard", target)
             repo.git.clean("-ffdx")
             log.info("Checked out revision %s of branch %s.", target[:12], s.branch)
+        _check_root(self._workdir, s.path, target)
         return Checkout(revision=target, root=root)
 
     def _verify(self, repo: git.Repo, commit: str) -> None:

@@ -1,0 +1,140 @@
+"""Hostile fleet repos as data (tests/hostile/README.md): validate, then one daemon cycle.
+
+Each case must be refused with exactly the problems of its expected.txt, by
+``proxyfleet validate`` and by the daemon (Stalled, against a real git remote),
+without showing the canary's content anywhere, without writing outside the
+daemon's state dir, and without contacting a host.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from daemonutil import http, running, wait_until
+from enginefakes import FakeImages, FakeProber
+from gitutil import git
+
+from reconciler.adapters.fakehost import FakeHypervisor
+from reconciler.adapters.gitsource import GitSource
+from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.cli import main
+from reconciler.engine.daemon import Daemon, source_cycle
+from reconciler.engine.reconcile import Engine
+from reconciler.model import Host
+from reconciler.model.report import RunResult
+from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings
+
+CASES = Path(__file__).parent / "hostile"
+BASE = CASES / "base"
+CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir() and p.name != "base")
+SECRET = "Hunter2-SECRET canary of the management box"
+LEAKS = (SECRET, "Hunter2-SECRET", "lol")
+
+
+def build(case: Path, repo: Path, outside: Path) -> Path:
+    """The case's repo in ``repo``; returns the canary file (in ``outside``)."""
+    outside.mkdir(parents=True)
+    canary = outside / "secret.yaml"
+    canary.write_text(f"kind: Proxy\nmetadata: {{name: '{SECRET}'}}\n")
+    shutil.copytree(BASE, repo)
+    if (case / "repo").is_dir():
+        shutil.copytree(case / "repo", repo, dirs_exist_ok=True)
+    for line in _lines(case / "links.txt"):
+        name, target = (part.strip() for part in line.split("->"))
+        link = repo / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to({"CANARY": str(canary), "CANARY_DIR": str(outside)}.get(target, target))
+    for line in _lines(case / "sizes.txt"):
+        name, size = line.split()
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#" + "x" * (int(size) - 2) + "\n")
+    return canary
+
+
+def _lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(directory.rglob("*"))
+    }
+
+
+def test_there_are_hostile_cases_for_every_class() -> None:
+    names = {p.name for p in CASE_DIRS}
+    assert len(names) >= 12
+    for word in ("symlink", "bomb", "nesting", "mib", "cloudinit", "image", "timeout"):
+        assert any(word in name for name in names), word
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+def test_validate_refuses_the_hostile_repo_naming_the_file(
+    case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = (case / "expected.txt").read_text().splitlines()
+    build(case, tmp_path / "repo", tmp_path / "outside")
+    code = main(["validate", str(tmp_path / "repo")])
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == expected
+    assert code == 1
+    for leak in LEAKS:
+        assert leak not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+def test_a_daemon_cycle_stalls_on_the_hostile_repo_and_stays_up(case: Path, tmp_path: Path) -> None:
+    expected = (case / "expected.txt").read_text().splitlines()
+    bare = tmp_path / "remote.git"
+    work = tmp_path / "operator"
+    state = tmp_path / "state"
+    outside = tmp_path / "outside"
+    canary = build(case, work, outside)
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", f"hostile: {case.name}")
+    git(work, "push", "-q", str(bare), "main")
+    before = snapshot(outside), snapshot(work)
+    hosts: list[FakeHypervisor] = []
+
+    def make_host(host: Host) -> FakeHypervisor:
+        hosts.append(FakeHypervisor(host.name))
+        return hosts[-1]
+
+    repo_settings = RepoSettings(url=f"file://{bare}")
+    engine = Engine(make_host, images=FakeImages(), prober=FakeProber())  # type: ignore[arg-type]
+    settings = DaemonSettings(
+        repo=repo_settings, listen=ListenSettings(port=0), interval=3600, state_dir=state
+    )
+    daemon = Daemon(
+        settings,
+        source_cycle(
+            GitSource(repo_settings, state / "repo"),
+            lambda root, rev: engine.reconcile_once(root, revision=rev),
+        ),
+        metrics=Metrics(),
+        status=GitStatusWriter(repo_settings, settings.status, state / "status"),
+        handle_signals=False,
+        stop=threading.Event(),
+    )
+    with running(daemon):
+        assert wait_until(lambda: len(daemon.reports) == 1, timeout=60)
+        assert http(daemon, "/healthz")[0] == 200
+    report = daemon.reports[0]
+    assert report.result is RunResult.STALLED
+    assert list(report.problems) == expected
+    assert hosts == []
+    assert (snapshot(outside), snapshot(work)) == before
+    status = git(bare, "show", "proxyfleet-status:.proxyfleet/status.yaml")
+    status += git(bare, "show", "proxyfleet-status:.proxyfleet/STATUS.md")
+    for leak in LEAKS:
+        assert leak not in status
+        assert all(leak not in p for p in report.problems)
+    assert canary.read_text().startswith("kind: Proxy")
