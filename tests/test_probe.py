@@ -146,3 +146,58 @@ def test_the_detail_of_an_outcome_does_not_change_with_how_long_it_took() -> Non
         slow = ProbeResult(ok=ok, status=status, error=error, duration=0.036)
         assert fast.detail == slow.detail
         assert str(status) in fast.detail
+
+
+@pytest.fixture
+def dribbler() -> Iterator[int]:
+    """A proxy that answers one byte of its headers every 0.1 s, forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    done = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(4096)
+                try:
+                    for byte in b"HTTP/1.1 204 No Content\r\nX-Pad: " + b"a" * 10_000:
+                        if done.wait(0.1):
+                            break
+                        conn.sendall(bytes([byte]))
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+
+
+def test_a_proxy_that_dribbles_its_answer_is_cut_at_the_one_deadline(dribbler: int) -> None:
+    result = probe("127.0.0.1", health(dribbler, timeout=0.8))
+    assert not result.ok and result.error == "timed out"
+    assert 0.7 < result.duration < 2.0
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 1e7])
+def test_a_timeout_that_is_not_a_sane_number_becomes_the_maximum(timeout: float) -> None:
+    from reconciler.adapters.probe import MAX_TIMEOUT, deadline_seconds
+
+    assert deadline_seconds(timeout) == MAX_TIMEOUT
+    assert deadline_seconds(2.5) == 2.5
+
+
+def test_the_prober_never_raises_even_on_an_unexpected_error() -> None:
+    bad = Health(proxy_port=70000, probe_url="http://probe.invalid/", timeout_seconds=1.0)
+    result = HttpProber().probe("127.0.0.1", bad)
+    assert not result.ok and result.error

@@ -5,12 +5,21 @@ sends it: an absolute URI in the request line for ``http://`` targets, a
 ``CONNECT`` tunnel for ``https://`` ones. The proxy is healthy when the answer
 is ``expectStatus`` within ``timeoutSeconds``. Network failures are results,
 never exceptions: the check step must go on with the next VM.
+
+``timeoutSeconds`` is one deadline for the whole probe, not a timeout per
+socket step: a proxy that sends its answer a byte at a time would otherwise
+hold the check for as long as it likes. At the deadline a timer shuts the
+socket down, which ends whatever read is blocked. A timeout that is not a
+finite number in (0, ``MAX_TIMEOUT``] is taken as ``MAX_TIMEOUT``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
+import math
+import socket
 import ssl
 import threading
 import time
@@ -24,6 +33,8 @@ from reconciler.model.fleet import Health
 log = logging.getLogger(__name__)
 
 _BODY_LIMIT = 64 * 1024
+MAX_TIMEOUT = 60.0
+"""Seconds: the longest a probe may take (the schema's maximum for timeoutSeconds)."""
 _HEADERS = {
     "User-Agent": "proxyfleet-probe",
     "Cache-Control": "no-cache",
@@ -58,7 +69,7 @@ class Prober(Protocol):
     def probe(self, ip: str, health: Health) -> ProbeResult:
         """Send one request through the proxy at ``ip``. Never raises for network failures.
 
-        Cost: one TCP connection, at most ``health.timeout_seconds`` per step.
+        Cost: one TCP connection, at most ``health.timeout_seconds`` in all.
         """
         ...
 
@@ -102,13 +113,28 @@ class FakeProber:
 
 
 def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotonic) -> ProbeResult:
-    """``GET health.probe_url`` through the proxy at ``ip:health.proxy_port``."""
+    """``GET health.probe_url`` through the proxy at ``ip:health.proxy_port``; never raises."""
     started = clock()
+    try:
+        return _probe(ip, health, started=started, clock=clock)
+    except Exception as exc:  # the prober's contract: a result, whatever happened
+        log.warning("Probe through %s failed unexpectedly: %s", ip, exc, exc_info=True)
+        return ProbeResult(ok=False, error=_reason(exc), duration=clock() - started)
+
+
+def deadline_seconds(timeout: float) -> float:
+    """``timeout`` when it is a finite number in (0, MAX_TIMEOUT], else MAX_TIMEOUT."""
+    if not math.isfinite(timeout) or timeout <= 0 or timeout > MAX_TIMEOUT:
+        return MAX_TIMEOUT
+    return timeout
+
+
+def _probe(ip: str, health: Health, *, started: float, clock: Callable[[], float]) -> ProbeResult:
     target = urllib.parse.urlsplit(health.probe_url)
     scheme = target.scheme.lower()
     if scheme not in ("http", "https") or not target.hostname:
         return ProbeResult(ok=False, error=f"probe URL {health.probe_url!r} is not http(s)")
-    timeout = health.timeout_seconds
+    timeout = deadline_seconds(health.timeout_seconds)
     connection: http.client.HTTPConnection
     try:
         if scheme == "https":
@@ -122,14 +148,20 @@ def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotoni
             request_target = health.probe_url  # absolute URI: this is a proxy request
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return ProbeResult(ok=False, error=_reason(exc), duration=clock() - started)
+    expired = threading.Event()
+    timer = threading.Timer(timeout, _abort, args=(connection, expired))
+    timer.daemon = True
+    timer.start()
     try:
         connection.request("GET", request_target, headers=_HEADERS)
         response = connection.getresponse()
         response.read(_BODY_LIMIT)
         status = response.status
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        return ProbeResult(ok=False, error=_reason(exc), duration=clock() - started)
+        error = "timed out" if expired.is_set() else _reason(exc)
+        return ProbeResult(ok=False, error=error, duration=clock() - started)
     finally:
+        timer.cancel()
         connection.close()
     duration = clock() - started
     if status != health.expect_status:
@@ -139,8 +171,8 @@ def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotoni
             error=f"expected HTTP {health.expect_status}, got {status}",
             duration=duration,
         )
-    if duration > timeout:
-        # Each socket step had its own timeout; the whole answer must fit too.
+    if expired.is_set() or duration > timeout:
+        # The answer came, but the whole of it must fit in the deadline too.
         return ProbeResult(
             ok=False,
             status=status,
@@ -148,6 +180,16 @@ def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotoni
             duration=duration,
         )
     return ProbeResult(ok=True, status=status, duration=duration)
+
+
+def _abort(connection: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """The deadline passed: end any blocked read or write on the probe's socket."""
+    expired.set()
+    sock = connection.sock
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):  # already closed: nothing left to stop
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _reason(exc: BaseException) -> str:

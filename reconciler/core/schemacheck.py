@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from importlib import resources
@@ -78,10 +79,26 @@ def check(document: Document, kind: str) -> list[Problem]:
                 best = None if key in allowed else suggest(key, allowed)
                 if best:
                     suggested.add((*error.absolute_path, best))
-    found: set[Problem] = set()
+    found: set[Problem] = set(_non_finite(document, document.data, ()))
+    said = {p.field for p in found}
     for error in errors:
-        found.update(_problems(error, document, suggested))
+        if format_path(tuple(error.absolute_path)) not in said:
+            found.update(_problems(error, document, suggested))
     return sorted(found, key=lambda p: (p.line, p.column, p.field, p.message))
+
+
+def _non_finite(document: Document, value: Any, path: FieldPath) -> Iterator[Problem]:
+    """``.nan`` and ``.inf`` slip past ``minimum``/``maximum`` (every comparison with NaN is
+    False); no field of a manifest means either."""
+    if isinstance(value, float) and not math.isfinite(value):
+        message = "must be a finite number (.inf and .nan are not accepted)"
+        yield _problem(document, document.value_mark(path), path, message)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(document, item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite(document, item, (*path, index))
 
 
 def _problem(document: Document, mark: Mark, path: FieldPath, message: str) -> Problem:
