@@ -123,3 +123,17 @@ def test_the_example_in_the_operations_guide_is_a_valid_config() -> None:
     text = textwrap.dedent(block.group(1))
     settings = parse(text)
     assert settings.webhook.secret_file == Path("/etc/proxyfleet/webhook-secret")
+
+
+def test_image_file_dirs_and_the_download_cap_come_from_the_daemon_config(tmp_path: Path) -> None:
+    settings = parse(
+        "repo:\n  url: /srv/fleet\nimages:\n  allowFileDirs: [/srv/images]\n  maxBytes: 1024\n"
+    )
+    assert settings.images.allow_file_dirs == (Path("/srv/images"),)
+    assert settings.images.max_bytes == 1024
+    assert parse("repo:\n  url: /srv/fleet\n").images.allow_file_dirs == ()
+
+
+def test_a_relative_file_dir_for_images_is_refused() -> None:
+    found = errors("repo:\n  url: /srv/fleet\nimages:\n  allowFileDirs: [images]\n")
+    assert len(found) == 1 and "images.allowFileDirs[0]" in found[0]

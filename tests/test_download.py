@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,8 +47,11 @@ def server() -> Iterator[Server]:
             status, body, headers = state.routes.get(self.path, (404, b"nope", {}))
             self.send_response(status)
             for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
+                if name != "Content-Length":
+                    self.send_header(name, value)
+            length = headers.get("Content-Length", str(len(body)))
+            if length:  # "" leaves it out: the body ends when the connection closes
+                self.send_header("Content-Length", length)
             self.end_headers()
             if self.path in state.truncate:
                 self.wfile.write(body[: len(body) // 2])
@@ -85,7 +89,7 @@ def test_file_url_is_copied_into_the_cache_and_verified(tmp_path: Path) -> None:
     source = tmp_path / "src" / "image.qcow2"
     source.parent.mkdir()
     source.write_bytes(PAYLOAD)
-    cache = ImageCache(tmp_path / "cache")
+    cache = ImageCache(tmp_path / "cache", allowed_file_dirs=[source.parent])
     got = cache.fetch(image(source.as_uri(), PAYLOAD_SHA))
     assert got == CachedImage(
         path=cache.path_for(image(source.as_uri())), sha256=PAYLOAD_SHA, size=len(PAYLOAD)
@@ -127,7 +131,7 @@ def test_sha_mismatch_from_a_file_url_leaves_nothing(tmp_path: Path) -> None:
     source.write_bytes(PAYLOAD)
     root = tmp_path / "cache"
     with pytest.raises(PermanentError, match=r"expected 0+, got"):
-        ImageCache(root).fetch(image(source.as_uri(), WRONG_SHA))
+        ImageCache(root, allowed_file_dirs=[tmp_path]).fetch(image(source.as_uri(), WRONG_SHA))
     assert visible_files(root) == []
 
 
@@ -220,7 +224,9 @@ def test_a_refused_connection_is_transient(tmp_path: Path, server: Server) -> No
 
 def test_a_missing_local_file_is_permanent(tmp_path: Path) -> None:
     with pytest.raises(PermanentError, match="cannot open"):
-        ImageCache(tmp_path / "cache").fetch(image((tmp_path / "missing.qcow2").as_uri()))
+        ImageCache(tmp_path / "cache", allowed_file_dirs=[tmp_path]).fetch(
+            image((tmp_path / "missing.qcow2").as_uri())
+        )
 
 
 def test_a_redirect_to_plain_http_off_loopback_is_refused(tmp_path: Path, server: Server) -> None:
@@ -261,7 +267,100 @@ def test_urls_the_cache_will_not_fetch_are_permanent_errors(url: str) -> None:
     ],
 )
 def test_https_file_and_loopback_http_are_accepted(url: str) -> None:
-    check_url(url)
+    check_url(url, allowed_file_dirs=[Path("/srv")])
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("file:///dev/zero", []),
+        ("file:///dev/zero", ["/srv/images"]),
+        ("file:///etc/proxyfleet/ssh/id_ed25519", ["/srv/images"]),
+        ("file:///srv/images/../../etc/shadow", ["/srv/images"]),
+        ("file:///srv/images", ["/srv/images"]),
+        ("file:///srv/images-evil/d.qcow2", ["/srv/images"]),
+    ],
+)
+def test_a_file_url_outside_the_allow_listed_directories_is_refused_at_once(
+    url: str, allowed: list[str]
+) -> None:
+    with pytest.raises(PermanentError, match="outside the directories the daemon config allows"):
+        check_url(url, allowed_file_dirs=[Path(a) for a in allowed])
+
+
+def test_a_link_in_an_allowed_directory_pointing_out_of_it_is_refused(tmp_path: Path) -> None:
+    allowed = tmp_path / "images"
+    allowed.mkdir()
+    (allowed / "d.qcow2").symlink_to("/dev/zero")
+    cache = ImageCache(tmp_path / "cache", allowed_file_dirs=[allowed])
+    with pytest.raises(PermanentError, match="outside the directories"):
+        cache.fetch(image((allowed / "d.qcow2").as_uri()))
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_device_in_an_allowed_directory_is_not_a_regular_file(tmp_path: Path) -> None:
+    cache = ImageCache(tmp_path / "cache", allowed_file_dirs=[Path("/dev")])
+    with pytest.raises(PermanentError, match="not a regular file"):
+        cache.fetch(image("file:///dev/zero"))
+
+
+def test_an_image_announced_over_the_cap_is_refused_before_the_first_byte(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache", max_bytes=len(PAYLOAD) - 1)
+    with pytest.raises(PermanentError, match="over the limit"):
+        cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_file_over_the_cap_is_refused(tmp_path: Path) -> None:
+    allowed = tmp_path / "images"
+    allowed.mkdir()
+    source = allowed / "big.raw"
+    source.write_bytes(b"\0" * 300_000)
+    cache = ImageCache(tmp_path / "cache", allowed_file_dirs=[allowed], max_bytes=100_000)
+    with pytest.raises(PermanentError, match="over the limit"):
+        cache.fetch(image(source.as_uri()))
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_body_without_a_length_is_cut_off_at_the_cap(tmp_path: Path, server: Server) -> None:
+    server.routes["/d.qcow2"] = (200, b"\0" * 300_000, {"Content-Length": ""})
+    cache = ImageCache(tmp_path / "cache", max_bytes=100_000, chunk_size=4096)
+    with pytest.raises(PermanentError, match="grew past the limit"):
+        cache.fetch(image(server.url("/d.qcow2")))
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_full_disk_while_caching_is_a_clear_permanent_error(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, handle: Any) -> None:
+            self._handle = handle
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._handle.close()
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._handle, name)
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(PermanentError, match="is full"):
+        cache.fetch(image(server.url("/d.qcow2"), PAYLOAD_SHA))
 
 
 def test_log_lines_never_carry_url_credentials_or_query() -> None:

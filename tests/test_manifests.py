@@ -47,6 +47,7 @@ spec:
   images:
     deb:
       url: https://example.org/deb.qcow2
+      sha256: abababababababababababababababababababababababababababababababab
   machineTypes:
     small: {vcpus: 1, memoryMiB: 512, diskGiB: 5}
   hosts:
@@ -208,7 +209,11 @@ def test_left_out_fields_get_the_model_defaults(tmp_path: Path) -> None:
         suspend=False,
     )  # fmt: skip
     image = repo.fleet.images[0]
-    assert (image.sha256, image.format, image.firmware) == (None, ImageFormat.QCOW2, Firmware.UEFI)
+    assert (image.sha256, image.format, image.firmware) == (
+        "ab" * 32,
+        ImageFormat.QCOW2,
+        Firmware.UEFI,
+    )
     proxy = repo.proxies[0]
     assert proxy.install_guest_agent is True
     assert proxy.health == Health()

@@ -7,13 +7,21 @@ name derived from its URL. A sidecar ``<name>.sha256.json`` records the
 checksum, size and mtime so that a later run reuses the file without hashing
 it again (cheap for images without a configured sha256, too).
 
-URLs: ``https://``; ``file://`` for air-gapped boxes; ``http://`` only to
-loopback (the lab's local server). Redirects obey the same rule.
+URLs: ``https://``; ``file://`` for air-gapped boxes, only below a directory
+the daemon config allow-lists (``images.allowFileDirs``: the repo names the
+URL, so without that list a committer could have any file of the management
+box, a secret or ``/dev/zero``, uploaded to every pool); ``http://`` only to
+loopback (the lab's local server). Redirects obey the same rule and never lead
+to ``file://``. A file must be a regular file once every link is resolved.
+
+Every download is capped at ``max_bytes``: a larger Content-Length is refused
+before the first byte, a body that grows past it is cut off.
 
 Errors, classified here once: network trouble, 5xx/408/429 and a truncated
 body are transient; a checksum mismatch, 4xx, a missing local file, a refused
-URL scheme or a bad TLS certificate are permanent. A failure never leaves a
-file the next run could mistake for a good image.
+URL, an image over the cap, a full disk under the cache or a bad TLS
+certificate are permanent. A failure never leaves a file the next run could
+mistake for a good image.
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO
 
 from reconciler import __version__
@@ -48,6 +57,8 @@ _PARTIAL_PREFIX = ".partial-"
 # A partial file untouched this long was left by a process that died mid-download.
 _STALE_PARTIAL_SECONDS = 6 * 3600
 _TRANSIENT_HTTP = frozenset({408, 425, 429})
+DEFAULT_MAX_BYTES = 16 * 1024**3
+"""Bytes: the largest image the cache downloads (16 GiB; cloud images are under 1 GiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +85,17 @@ class ImageCache:
         progress_interval: float = 5.0,
         chunk_size: int = 1 << 20,
         clock: Callable[[], float] = time.monotonic,
+        allowed_file_dirs: Sequence[Path] = (),
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """``timeout``: seconds any single connect or read may block.
         ``progress_interval``: seconds between progress lines at info.
+        ``allowed_file_dirs``: directories ``file://`` URLs may point into (none: no file URL).
+        ``max_bytes``: the largest image downloaded.
         """
         self.root = root
+        self._allowed = tuple(allowed_file_dirs)
+        self._max_bytes = max_bytes
         self._timeout = timeout
         self._progress_interval = progress_interval
         self._chunk_size = chunk_size
@@ -93,7 +110,7 @@ class ImageCache:
 
     def fetch(self, image: Image) -> CachedImage:
         """The verified local copy of ``image``, downloading it if needed."""
-        check_url(image.url)
+        check_url(image.url, allowed_file_dirs=self._allowed)
         final = self.path_for(image)
         with self._lock(final.name):
             cached = self._reuse(image, final)
@@ -177,8 +194,18 @@ class ImageCache:
         size = 0
         started = last = self._clock()
         log.info("Image %s: downloading %s.", image.key, redact(image.url))
-        with _open_source(image, timeout=self._timeout) as (source, length):
+        with _open_source(image, timeout=self._timeout, allowed=self._allowed) as (source, length):
+            if length is not None and length > self._max_bytes:
+                raise PermanentError(
+                    f"image {image.key}: {redact(image.url)} is {length} bytes, "
+                    f"over the limit of {self._max_bytes} (images.maxBytes)"
+                )
             for chunk in _chunks(image, source, self._chunk_size):
+                if size + len(chunk) > self._max_bytes:
+                    raise PermanentError(
+                        f"image {image.key}: {redact(image.url)} grew past the limit of "
+                        f"{self._max_bytes} bytes (images.maxBytes); download stopped"
+                    )
                 try:
                     out.write(chunk)
                 except OSError as exc:
@@ -222,19 +249,41 @@ class ImageCache:
             log.warning("Image cache: cannot write the sidecar of %s: %s", final, exc)
 
 
-def check_url(url: str) -> None:
+def check_url(url: str, *, allowed_file_dirs: Sequence[Path] = ()) -> None:
     """Refuse any URL the cache would not fetch (PermanentError naming the rule)."""
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme in ("https", "file"):
-        if scheme == "file" and parts.netloc not in ("", "localhost"):
+    if scheme == "https":
+        return
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
             raise PermanentError(f"file URL {redact(url)} names a remote host")
+        allowed_file(url, allowed_file_dirs)
         return
     if scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS:
         return
     raise PermanentError(
         f"image URL {redact(url)} is not https:// or file:// "
         "(plain http:// is allowed to 127.0.0.1/localhost only)"
+    )
+
+
+def allowed_file(url: str, allowed_file_dirs: Sequence[Path]) -> Path:
+    """The real path of a ``file://`` URL when it lies below an allow-listed directory.
+
+    Links are resolved first, so a link inside an allowed directory that
+    points out of it is refused too.
+    """
+    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+    real = Path(os.path.realpath(path))
+    for directory in allowed_file_dirs:
+        base = Path(os.path.realpath(directory))
+        if real.is_relative_to(base) and real != base:
+            return real
+    allowed = ", ".join(str(d) for d in allowed_file_dirs) or "none"
+    raise PermanentError(
+        f"file URL {redact(url)} is outside the directories the daemon config allows "
+        f"for images (images.allowFileDirs: {allowed})"
     )
 
 
@@ -267,17 +316,22 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 
 
 @contextlib.contextmanager
-def _open_source(image: Image, *, timeout: float) -> Iterator[tuple[IO[bytes], int | None]]:
+def _open_source(
+    image: Image, *, timeout: float, allowed: Sequence[Path]
+) -> Iterator[tuple[IO[bytes], int | None]]:
     """The byte stream of ``image.url`` and its length when known."""
     parts = urllib.parse.urlsplit(image.url)
     if parts.scheme.lower() == "file":
-        path = Path(urllib.request.url2pathname(parts.path))
+        path = allowed_file(image.url, allowed)
         try:
-            handle = path.open("rb")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise PermanentError(f"image {image.key}: cannot open {path}: {exc}") from exc
-        with handle:
-            yield handle, os.fstat(handle.fileno()).st_size
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not S_ISREG(info.st_mode):
+                raise PermanentError(f"image {image.key}: {path} is not a regular file")
+            yield handle, info.st_size
         return
     handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
     if (parts.hostname or "") in LOOPBACK_HOSTS:
@@ -321,10 +375,14 @@ def _network_error(image: Image, reason: object) -> HostError:
 
 
 def _local_error(image: Image, path: Path, exc: OSError) -> HostError:
-    message = f"image {image.key}: cannot write {path}: {exc}"
+    """Writing the cache failed. A full disk is permanent: retrying only fills it again
+    (and whatever else lives there) until someone frees space or raises the quota."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return TransientError(message)
-    return PermanentError(message)
+        return PermanentError(
+            f"image {image.key}: the disk under the image cache {path.parent} is full "
+            f"({exc.strerror}); free space or lower the image's size"
+        )
+    return PermanentError(f"image {image.key}: cannot write {path}: {exc}")
 
 
 def _expected(image: Image) -> str | None:

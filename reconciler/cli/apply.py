@@ -99,7 +99,11 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
 
     state = state_dir(args, settings.state_dir)
     cache = state / "images"
-    images: ImageSource = ImageCache(cache)
+    images: ImageSource = ImageCache(
+        cache,
+        allowed_file_dirs=settings.images.allow_file_dirs,
+        max_bytes=settings.images.max_bytes,
+    )
     prober: Prober = HttpProber()
     apply = ApplySettings(per_host_concurrency=settings.concurrency.per_host)
     if getattr(args, "no_wait", False):

@@ -53,7 +53,11 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
     def make_host(host: Host) -> Hypervisor:
         return LibvirtHost(host, settings.ssh, observer=metrics.observe_rpc)
 
-    images: ImageSource = ImageCache(settings.state_dir / "images")
+    images: ImageSource = ImageCache(
+        settings.state_dir / "images",
+        allowed_file_dirs=settings.images.allow_file_dirs,
+        max_bytes=settings.images.max_bytes,
+    )
     prober: Prober = HttpProber()
     return Engine(
         make_host,

@@ -23,6 +23,7 @@ from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
     ConcurrencySettings,
     DaemonSettings,
+    ImageSettings,
     ListenSettings,
     LogSettings,
     RepoSettings,
@@ -149,5 +150,14 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         concurrency=ConcurrencySettings(
             per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 4))
         ),
+        images=_images(dict(_pairs(doc, "images"))),
         state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
+    )
+
+
+def _images(images: Mapping[str, Any]) -> ImageSettings:
+    defaults = ImageSettings()
+    return ImageSettings(
+        allow_file_dirs=tuple(Path(str(d)) for d in images.get("allowFileDirs", [])),
+        max_bytes=int(images.get("maxBytes", defaults.max_bytes)),
     )

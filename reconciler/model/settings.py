@@ -135,6 +135,16 @@ class ConcurrencySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageSettings:
+    """What the image cache may fetch: the repo names image URLs, the box bounds them."""
+
+    allow_file_dirs: tuple[Path, ...] = ()
+    """Directories ``file://`` image URLs may point into (links resolved). Empty: none."""
+    max_bytes: int = 16 * 1024**3
+    """Bytes: the largest image downloaded (16 GiB); a larger one is a permanent error."""
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSettings:
     """Everything in /etc/proxyfleet/proxyfleet.yaml."""
 
@@ -149,5 +159,6 @@ class DaemonSettings:
     status: StatusSettings = StatusSettings()
     log: LogSettings = LogSettings()
     concurrency: ConcurrencySettings = ConcurrencySettings()
+    images: ImageSettings = ImageSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""

@@ -25,6 +25,7 @@ spec:
   images:
     debian-12:
       url: https://images.example.test/debian-12.qcow2
+      sha256: abababababababababababababababababababababababababababababababab
   machineTypes:
     small: {vcpus: 1, memoryMiB: 512, diskGiB: 4}
   hosts:

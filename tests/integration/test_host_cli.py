@@ -30,6 +30,7 @@ spec:
   images:
     blank:
       url: https://images.example.invalid/blank.qcow2
+      sha256: abababababababababababababababababababababababababababababababab
       format: qcow2
   machineTypes:
     tiny:
