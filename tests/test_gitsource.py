@@ -148,3 +148,41 @@ def test_a_repo_path_that_the_repo_made_a_symlink_is_refused(
     with pytest.raises(SourceError, match="'fleet' is a symbolic link") as caught:
         source_for(remote, tmp_path, path="fleet").sync()
     assert caught.value.revision == head
+
+
+def test_a_force_pushed_branch_is_refused_and_the_old_tree_stays(
+    remote: Remote, tmp_path: Path
+) -> None:
+    source = source_for(remote, tmp_path)
+    first = remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
+    assert source.sync().revision == first
+    git(remote.work, "reset", "-q", "--hard", "HEAD~1")
+    (remote.work / "proxies").mkdir()
+    (remote.work / "proxies" / "b.yaml").write_text("kind: Proxy\n")
+    git(remote.work, "add", "-A")
+    git(remote.work, "commit", "-q", "-m", "Rewritten history")
+    git(remote.work, "push", "-q", "--force", "origin", "HEAD:main")
+    rolled = git(remote.work, "rev-parse", "HEAD")
+    with pytest.raises(SourceError, match="does not descend from") as caught:
+        source.sync()
+    assert caught.value.revision == rolled
+    assert (tmp_path / "state" / "repo" / "proxies" / "a.yaml").exists()
+    assert not (tmp_path / "state" / "repo" / "proxies" / "b.yaml").exists()
+
+
+def test_a_force_push_is_accepted_when_the_daemon_config_allows_it(
+    remote: Remote, tmp_path: Path
+) -> None:
+    source = source_for(remote, tmp_path, allow_non_fast_forward=True)
+    remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
+    source.sync()
+    git(remote.work, "reset", "-q", "--hard", "HEAD~1")
+    git(remote.work, "push", "-q", "--force", "origin", "HEAD:main")
+    assert source.sync().revision == git(remote.work, "rev-parse", "HEAD")
+
+
+def test_a_fast_forward_is_accepted(remote: Remote, tmp_path: Path) -> None:
+    source = source_for(remote, tmp_path)
+    source.sync()
+    second = remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
+    assert source.sync().revision == second

@@ -99,8 +99,12 @@ class LibvirtHost:
         *,
         observer: RpcObserver | None = None,
         opener: FileOpener | None = None,
+        fleet: str | None = None,
     ) -> None:
+        """``fleet``: when set, ``delete`` refuses a domain another fleet owns (the
+        last-moment check of the pinned fleet id)."""
         self._host = host
+        self._fleet = fleet
         self._session = LibvirtSession(host, settings, observer=observer)
         self._images = BaseImages(self._session, opener=opener)
 
@@ -425,9 +429,16 @@ class LibvirtHost:
     def _remove_domain(self, dom: Any, domain: str) -> None:
         try:
             xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=domain)
-            if owner_from_domain_xml(xml) is None:
+            owner = owner_from_domain_xml(xml)
+            if owner is None:
                 raise PermanentError(
                     f"refusing to delete domain {domain}: it carries no proxyfleet metadata",
+                    host=self.name,
+                )
+            if self._fleet is not None and owner.fleet != self._fleet:
+                raise PermanentError(
+                    f"refusing to delete domain {domain}: it belongs to fleet {owner.fleet!r}, "
+                    f"not {self._fleet!r}",
                     host=self.name,
                 )
             if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):

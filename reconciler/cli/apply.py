@@ -30,6 +30,7 @@ from reconciler.cli.common import (
     add_repo_argument,
     config_error,
     daemon_settings,
+    guard_settings,
     host_factory,
     ssh_settings,
     state_dir,
@@ -109,12 +110,13 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
     if getattr(args, "no_wait", False):
         apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
     return Engine(
-        host_factory(ssh_settings(args, settings.ssh)),
+        host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet),
         images=images,
         prober=prober,
         settings=apply,
         runtime=runtime,
         history=FileHistoryStore(state / "history.json"),
+        guards=guard_settings(settings, state_dir(args, settings.state_dir)),
     )
 
 

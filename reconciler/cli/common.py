@@ -24,7 +24,7 @@ from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Host, Repo
-from reconciler.model.settings import ApplySettings, DaemonSettings, SshSettings
+from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -100,14 +100,27 @@ def state_dir(args: argparse.Namespace, base: Path | None = None) -> Path:
     return found if found is not None else DaemonSettings().state_dir
 
 
-def host_factory(ssh: SshSettings) -> Callable[[Host], Hypervisor]:
-    """Builds a lazily dialling LibvirtHost per host (nothing connects until first use)."""
+def host_factory(ssh: SshSettings, *, fleet: str | None = None) -> Callable[[Host], Hypervisor]:
+    """Builds a lazily dialling LibvirtHost per host (nothing connects until first use).
+
+    ``fleet``: the pinned fleet id; a delete refuses domains of any other fleet.
+    """
     from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
 
     def make(host: Host) -> Hypervisor:
-        return LibvirtHost(host, ssh)
+        return LibvirtHost(host, ssh, fleet=fleet)
 
     return make
+
+
+def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
+    """The engine's guards from the daemon config; deletes are recorded under ``state``."""
+    return GuardSettings(
+        fleet=settings.fleet,
+        delete_window=settings.delete_window,
+        state_file=state / "deletes.json",
+        allowed_file_dirs=settings.images.allow_file_dirs,
+    )
 
 
 def load_repo_or_complain(root: Path) -> Repo | None:

@@ -13,7 +13,7 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.adapters.metrics import Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.statuswriter import GitStatusWriter
-from reconciler.cli.common import config_error
+from reconciler.cli.common import config_error, guard_settings
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
@@ -51,7 +51,7 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
     from reconciler.adapters.probe import HttpProber
 
     def make_host(host: Host) -> Hypervisor:
-        return LibvirtHost(host, settings.ssh, observer=metrics.observe_rpc)
+        return LibvirtHost(host, settings.ssh, observer=metrics.observe_rpc, fleet=settings.fleet)
 
     images: ImageSource = ImageCache(
         settings.state_dir / "images",
@@ -66,6 +66,7 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
         settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),
+        guards=guard_settings(settings, settings.state_dir),
     )
 
 

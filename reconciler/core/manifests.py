@@ -248,6 +248,8 @@ def _policy(value: dict[str, Any]) -> Policy:
         suspend=value.get("suspend", defaults.suspend),
         rollout=_rollout(value.get("rollout", {})),
         overcommit=_overcommit(value.get("overcommit", {})),
+        max_shrink_percent=value.get("maxShrinkPercent", defaults.max_shrink_percent),
+        acknowledge_shrink_to=value.get("acknowledgeShrinkTo"),
     )
 
 

@@ -121,6 +121,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             verify_commits=bool(repo.get("verifyCommits", False)),
             allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
             fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
+            allow_non_fast_forward=bool(repo.get("allowNonFastForward", False)),
         ),
         interval=durations.seconds(doc.get("interval", 300)),
         jitter=float(doc.get("jitter", 0.1)),
@@ -151,6 +152,8 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 4))
         ),
         images=_images(dict(_pairs(doc, "images"))),
+        fleet=str(doc["fleet"]) if "fleet" in doc else None,
+        delete_window=float(doc.get("deleteWindowSeconds", 3600)),
         state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
     )
 

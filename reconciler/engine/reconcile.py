@@ -16,19 +16,23 @@ the runtime.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.adapters.download import check_url
 from reconciler.adapters.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.planner import plan as make_plan
+from reconciler.core.repofiles import ReadLimits
 from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource
+from reconciler.engine.guards import DeleteWindow, check_identity, check_images, check_shrink
 from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
@@ -46,7 +50,7 @@ from reconciler.model.report import (
     RunReport,
     RunResult,
 )
-from reconciler.model.settings import ApplySettings
+from reconciler.model.settings import ApplySettings, GuardSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,8 @@ class Engine:
         settings: ApplySettings | None = None,
         runtime: Runtime | None = None,
         history: HistoryStore | None = None,
+        guards: GuardSettings | None = None,
+        read_limits: ReadLimits | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
         self.history = history if history is not None else MemoryHistoryStore()
@@ -84,6 +90,11 @@ class Engine:
         self.prober = prober
         self.settings = settings if settings is not None else ApplySettings()
         self.runtime = runtime if runtime is not None else Runtime.interruptible()
+        self.guards = guards if guards is not None else GuardSettings()
+        self.read_limits = read_limits if read_limits is not None else ReadLimits()
+        self.deletes = DeleteWindow(
+            self.guards.state_file, self.guards.delete_window, self.runtime.clock
+        )
 
     def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
         """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
@@ -110,7 +121,7 @@ class Engine:
         """Load, observe and plan. A repo that does not load gives a Stalled report."""
         started = started if started is not None else self.runtime.clock()
         try:
-            repo = load_repo(root)
+            repo = load_repo(root, limits=self.read_limits)
         except InvalidInput as exc:
             problems = tuple(str(p) for p in exc.problems)
             log.error(
@@ -121,13 +132,32 @@ class Engine:
             return stalled_report(
                 problems, revision=revision, started=started, finished=self.runtime.clock()
             )
-        hosts = self.pool.sync(repo.fleet.hosts)
-        observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
+        refusal = check_identity(repo, self.guards.fleet) or check_images(repo, self._url_check())
+        if refusal is None:
+            hosts = self.pool.sync(repo.fleet.hosts)
+            observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
+            refusal = check_shrink(repo, observation.inventory)
+        if refusal is not None:
+            log.error("Revision %s refused: %s", revision or root, "; ".join(refusal.problems))
+            return stalled_report(
+                refusal.problems,
+                revision=revision,
+                started=started,
+                finished=self.runtime.clock(),
+                reason=refusal.reason,
+            )
         kept = self.history.load()
         now = self.runtime.clock()
         plan = make_plan(repo, observation.inventory, for_plan(kept, now=now, revision=revision))
+        plan = self.deletes.limit(plan, repo.fleet.policy.max_deletes_per_run)
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
+
+    def _url_check(self) -> Callable[[str], None] | None:
+        allowed = self.guards.allowed_file_dirs
+        if allowed is None:
+            return None
+        return functools.partial(check_url, allowed_file_dirs=allowed)
 
     def finish(self, prepared: Prepared) -> RunReport:
         """Apply the plan, check every proxy and build the report."""
@@ -140,6 +170,7 @@ class Engine:
             runtime=self.runtime,
         )
         outcomes = executor.run(prepared.plan)
+        self.deletes.record(outcomes)
         proxies = check_proxies(
             prepared.repo,
             prepared.plan,

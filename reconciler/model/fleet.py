@@ -148,6 +148,11 @@ class Policy:
     suspend: bool = False
     rollout: Rollout = Rollout()
     overcommit: Overcommit = Overcommit()
+    max_shrink_percent: int = 50
+    """A revision that drops more than this share of the fleet's proxies (owned VMs no
+    manifest asks for any more) is Stalled until ``acknowledge_shrink_to`` says so."""
+    acknowledge_shrink_to: int | None = None
+    """The number of proxies a deliberate large shrink leaves; acknowledges exactly that."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,9 @@ class RepoSettings:
     """``gpg.ssh.allowedSignersFile`` for SSH-signed commits; needed with verify_commits."""
     fetch_timeout: float = 120.0
     """Seconds a clone or fetch may take before it is killed and reported."""
+    allow_non_fast_forward: bool = False
+    """Accept a head that does not descend from the revision checked out (a force-push or a
+    rollback); False: such a head is refused (Stalled) and nothing acts on it."""
 
     @property
     def local_path(self) -> Path | None:
@@ -145,6 +148,21 @@ class ImageSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardSettings:
+    """What the engine checks against the box rather than the repo (reconciler.engine.guards)."""
+
+    fleet: str | None = None
+    """The fleet id this box acts for; a repo naming another is Stalled. None: not pinned."""
+    delete_window: float = 3600.0
+    """Seconds over which ``maxDeletesPerRun`` holds, across runs and restarts."""
+    state_file: Path | None = None
+    """Where deletes of the window are recorded; None: per process only (tests)."""
+    allowed_file_dirs: tuple[Path, ...] | None = None
+    """Image URLs are checked against the image cache's rules before planning with these
+    ``file://`` directories; None: not checked before planning (the cache still refuses)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSettings:
     """Everything in /etc/proxyfleet/proxyfleet.yaml."""
 
@@ -160,5 +178,9 @@ class DaemonSettings:
     log: LogSettings = LogSettings()
     concurrency: ConcurrencySettings = ConcurrencySettings()
     images: ImageSettings = ImageSettings()
+    fleet: str | None = None
+    """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
+    delete_window: float = 3600.0
+    """Seconds over which ``policy.maxDeletesPerRun`` holds, persisted in the state dir."""
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""

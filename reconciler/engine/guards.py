@@ -1,0 +1,205 @@
+"""Guards between a loaded repo and the hosts: what a committer alone must not be able to do.
+
+The planner's safety rules (``maxDeletesPerRun``, ``allowEmpty``, ``protect``)
+trust the repo's idea of the fleet. These guards do not: they compare the
+repo with what the box knows on its own (its config, its state dir, the
+observed VMs) and stop the cycle before the plan is carried out.
+
+- **Identity**: the fleet id the daemon acts for is pinned in the daemon
+  config (``fleet``). A repo whose ``metadata.name`` differs is Stalled: a
+  rename would otherwise take over another fleet's VMs on shared hosts.
+- **Images**: every image URL must be one the box's image cache would fetch
+  (``file://`` only below ``images.allowFileDirs``); checked before planning
+  so that a refused image stops the cycle at once, before any host call.
+- **Shrink**: a revision that leaves more than ``policy.maxShrinkPercent`` of
+  the owned VMs (on reachable hosts) without a manifest is Stalled unless
+  ``policy.acknowledgeShrinkTo`` equals the number of proxies it asks for.
+- **Delete window**: ``maxDeletesPerRun`` holds per ``deleteWindowSeconds``,
+  not only per run. Deletes (and replaces, whose second half is a delete) are
+  recorded in the state dir, so a crash loop, whose every startup is a run,
+  cannot multiply them; the excess becomes BLOCKED actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from reconciler.errors import PermanentError
+from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model.inventory import Inventory
+from reconciler.model.plan import Action, Blocked, replaced
+from reconciler.model.report import ActionOutcome, ActionResult
+
+log = logging.getLogger(__name__)
+
+DELETING = (ActionKind.DELETE, ActionKind.REPLACE)
+"""Actions that delete a VM (a replace deletes the old one once the new one runs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a guard stopped the cycle: a Stalled condition ``reason`` and the problems."""
+
+    reason: str
+    problems: tuple[str, ...]
+
+
+def check_identity(repo: Repo, pinned: str | None) -> Refusal | None:
+    """Stalled when the repo names another fleet than the one the daemon config pins."""
+    if pinned is None or repo.fleet.name == pinned:
+        return None
+    where = repo.fleet.location
+    return Refusal(
+        "FleetIdMismatch",
+        (
+            f"{where.file}:{where.line}:{where.column}: metadata.name: the repo is fleet "
+            f"{repo.fleet.name!r} but this daemon acts for fleet {pinned!r} (daemon config "
+            "'fleet'); nothing is done until one of them changes",
+        ),
+    )
+
+
+def check_images(repo: Repo, check_url: Callable[[str], None] | None) -> Refusal | None:
+    """Stalled when an image URL is one the box's image cache refuses (``check_url`` raises)."""
+    if check_url is None:
+        return None
+    where = repo.fleet.location
+    problems = []
+    for image in repo.fleet.images:
+        try:
+            check_url(image.url)
+        except PermanentError as exc:
+            problems.append(
+                f"{where.file}:{where.line}:{where.column}: spec.images.{image.key}.url: {exc}"
+            )
+    return Refusal("ImageRefused", tuple(problems)) if problems else None
+
+
+def check_shrink(repo: Repo, inventory: Inventory) -> Refusal | None:
+    """Stalled when the repo drops more than ``maxShrinkPercent`` of the owned proxies.
+
+    The baseline is what the hosts run for this fleet (reachable hosts only),
+    so it needs no state and survives restarts and a lost state dir.
+    """
+    policy = repo.fleet.policy
+    owned = {
+        domain.owner.proxy
+        for host in inventory.hosts
+        if host.reachable
+        for domain in host.domains
+        if domain.owner is not None and domain.owner.fleet == repo.fleet.name
+    }
+    desired = {proxy.name for proxy in repo.proxies}
+    dropped = owned - desired
+    if not owned or len(dropped) * 100 <= policy.max_shrink_percent * len(owned):
+        return None
+    if policy.acknowledge_shrink_to == len(desired):
+        log.warning(
+            "Shrink of %d of %d proxies acknowledged (acknowledgeShrinkTo: %d).",
+            len(dropped),
+            len(owned),
+            len(desired),
+        )
+        return None
+    where = repo.fleet.location
+    percent = len(dropped) * 100 // len(owned)
+    return Refusal(
+        "ShrinkNotAcknowledged",
+        (
+            f"{where.file}:{where.line}:{where.column}: spec.policy.maxShrinkPercent: this "
+            f"revision drops {len(dropped)} of the {len(owned)} proxies the hosts run "
+            f"({percent}% > {policy.max_shrink_percent}%); if that is meant, set "
+            f"spec.policy.acknowledgeShrinkTo: {len(desired)}",
+        ),
+    )
+
+
+class DeleteWindow:
+    """Deletes of the last ``window`` seconds, kept in ``path`` (JSON) across restarts.
+
+    A file that cannot be read counts as full, not as empty: losing the record
+    must not hand out a fresh budget. Delete it by hand to reset the window.
+    """
+
+    def __init__(self, path: Path | None, window: float, clock: Callable[[], datetime]) -> None:
+        self._path = path
+        self._window = timedelta(seconds=window)
+        self._clock = clock
+
+    def recent(self) -> list[datetime] | None:
+        """Times of the deletes within the window; None when the record is unreadable."""
+        if self._path is None:
+            return []
+        try:
+            text = self._path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.error("Delete window %s unreadable: %s; blocking deletes.", self._path, exc)
+            return None
+        try:
+            times = [datetime.fromisoformat(t) for t in json.loads(text)["deletes"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("Delete window %s malformed: %s; blocking deletes.", self._path, exc)
+            return None
+        since = self._clock() - self._window
+        return [t for t in times if t > since]
+
+    def limit(self, plan: Plan, max_deletes: int) -> Plan:
+        """``plan`` with the deletes past the window's budget turned into BLOCKED actions."""
+        recent = self.recent()
+        budget = 0 if recent is None else max(0, max_deletes - len(recent))
+        actions: list[Action] = []
+        for action in plan.actions:
+            if action.kind in DELETING:
+                if budget > 0:
+                    budget -= 1
+                else:
+                    action = _blocked(action, max_deletes, self._window, unreadable=recent is None)
+            actions.append(action)
+        return dataclasses.replace(plan, actions=tuple(actions))
+
+    def record(self, outcomes: Sequence[ActionOutcome]) -> None:
+        """Add the deletes and replaces that ran (succeeded or failed: they may have acted)."""
+        count = sum(
+            1
+            for o in outcomes
+            if o.action.kind in DELETING and o.result is not ActionResult.SKIPPED
+        )
+        if self._path is None or count == 0:
+            return
+        now = self._clock()
+        recent = self.recent() or []
+        times = [*recent, *([now] * count)]
+        data = json.dumps({"deletes": [t.isoformat() for t in times]}) + "\n"
+        temporary = self._path.with_name(self._path.name + ".tmp")
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(data, encoding="utf-8")
+            os.replace(temporary, self._path)
+        except OSError as exc:
+            log.error("Cannot record deletes in %s: %s", self._path, exc)
+
+
+def _blocked(action: Action, max_deletes: int, window: timedelta, *, unreadable: bool) -> Action:
+    seconds = int(window.total_seconds())
+    if unreadable:
+        reason = "the record of recent deletes is unreadable; deletes wait until it is fixed"
+    else:
+        reason = f"deletes beyond maxDeletesPerRun ({max_deletes}) within {seconds} s"
+    return Blocked(
+        reason=reason,
+        proxy=action.proxy,
+        host=action.host,
+        domain=action.domain,
+        digest=action.digest,
+        blocks=action.kind,
+        replaces=replaced(action),
+    )
