@@ -259,3 +259,23 @@ def test_host_check_finds_an_existing_bridge_and_names_a_missing_one(
     assert bridge in found["network"].detail
     assert not absent["network"].ok
     assert "'nosuchbr0' does not exist" in absent["network"].detail
+
+
+def test_a_host_pinned_to_a_fleet_refuses_to_delete_another_fleets_vm(
+    adapter: LibvirtHost,
+    make_host: Callable[..., LibvirtHost],
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-9", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)
+    other = make_host(fleet="someone-else")
+    with pytest.raises(PermanentError, match="belongs to fleet"):
+        other.delete(spec.domain)
+    assert spec.domain in domain_names(local_conn)
+    make_host(fleet=spec.owner.fleet).delete(spec.domain)
+    assert spec.domain not in domain_names(local_conn)
