@@ -3,6 +3,8 @@
 The caller (the daemon, or ``proxyfleet apply``) has already fetched the
 source and passes its directory and revision. A broken repo stops the cycle
 before any host is contacted: the report is Stalled and lists every problem.
+So does a repo the guards refuse (reconciler.engine.guards: another fleet's
+id, an image the box does not allow, a shrink nobody acknowledged).
 Nothing escapes as an exception: a bug becomes a FAILED report, logged with
 its traceback.
 
@@ -372,7 +374,8 @@ def conditions(
     otherwise its reason names the first thing in that list that is wrong.
     Reconciling is True while the fleet is expected to move on its own (a
     retry is due, or changes were applied and are not ready yet). Stalled is
-    only ever True for a repo that does not load (``stalled_report``).
+    only ever True for a repo that does not load or that a guard refuses
+    (``stalled_report``; reconciler.engine.guards).
     """
     failed = sum(1 for o in outcomes if o.result is ActionResult.FAILED)
     skipped = sum(1 for o in outcomes if o.result is ActionResult.SKIPPED)

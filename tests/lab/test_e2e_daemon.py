@@ -599,9 +599,11 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     status, via_header = probe_through(proxy["ip"], probe)
     assert status == 204 and via(3) in via_header, (proxy, via_header)
 
-    # 4. The manifest removed: the VM goes with its overlay, seed and NVRAM.
+    # 4. The manifest removed: the VM goes with its overlay, seed and NVRAM. Removing the
+    #    only proxy is a 100 % shrink: the commit acknowledges it (policy.maxShrinkPercent).
     t0 = time.monotonic()
-    remote.push(f"Remove {PROXY}", {f"proxies/{PROXY}.yaml": None})
+    acknowledged = fleet_yaml() + "    acknowledgeShrinkTo: 0\n"
+    remote.push(f"Remove {PROXY}", {f"proxies/{PROXY}.yaml": None, "fleet.yaml": acknowledged})
     assert daemon.hook() == 202
     converge(daemon, "the delete", lambda: host.world().ours() == [])
     timings["delete"] = time.monotonic() - t0
