@@ -155,9 +155,9 @@ def main() -> None:
                     base_rss, base_fds = rss_kib(), descriptors()
                     mutations = len(host.mutations)
             elapsed = time.monotonic() - started
+            end_rss, end_fds = rss_kib(), descriptors()  # the listener still open, as at warm-up
         finally:
             daemon.http.stop()
-        end_rss, end_fds = rss_kib(), descriptors()
         print(
             f"cycles: {args.cycles} in {elapsed:.1f} s ({elapsed / args.cycles * 1000:.0f} ms each)"
         )
