@@ -83,8 +83,8 @@ def test_remote_urls_are_not_local_paths() -> None:
 def test_unknown_fields_are_named_with_a_suggestion_and_their_line() -> None:
     assert errors("repo:\n  url: /srv/fleet\n  branhc: main\n") == [
         "proxyfleet.yaml:3:3: repo.branhc: unknown field (did you mean 'branch'?); known: "
-        "allowedSignersFile, branch, fetchTimeoutSeconds, knownHostsFile, path, sshKeyFile, "
-        "url, verifyCommits"
+        "allowNonFastForward, allowedSignersFile, branch, fetchTimeoutSeconds, knownHostsFile, "
+        "path, sshKeyFile, url, verifyCommits"
     ]
 
 

@@ -170,3 +170,14 @@ def test_an_image_the_box_does_not_allow_stalls_before_any_host_is_contacted(
     assert stalled_reason(report) == "ImageRefused"
     assert "spec.images.debian-12.url: file URL file:///dev/zero is outside" in report.problems[0]
     assert world.made == []
+
+
+def test_renaming_every_proxy_is_no_shrink(tmp_path: Path) -> None:
+    world = FleetRepo(tmp_path)
+    world.write(("kvm01", "kvm02"), ("web-1", "web-2"))
+    world.cycle()
+    world.forget_calls()
+    world.write(("kvm01", "kvm02"), ("edge-1", "edge-2"))
+    assert world.cycle("rev2").result is RunResult.SUCCESS
+    methods = [m for _, m, _ in world.mutating_calls()]
+    assert methods.count("create") == 2 and methods.count("delete") == 2

@@ -247,6 +247,7 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
     ("fleet", "$defs.policy.rollout.maxUnavailable"): lambda r: (
         r.fleet.policy.rollout.max_unavailable.value
     ),
+    ("fleet", "$defs.policy.maxShrinkPercent"): lambda r: r.fleet.policy.max_shrink_percent,
     ("proxy", "spec.cloudInit.userData"): lambda r: r.proxies[0].cloud_init.user_data,
     ("proxy", "spec.installGuestAgent"): lambda r: r.proxies[0].install_guest_agent,
     ("proxy", "spec.health.proxyPort"): lambda r: r.proxies[0].health.proxy_port,

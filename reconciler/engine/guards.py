@@ -11,9 +11,12 @@ observed VMs) and stop the cycle before the plan is carried out.
 - **Images**: every image URL must be one the box's image cache would fetch
   (``file://`` only below ``images.allowFileDirs``); checked before planning
   so that a refused image stops the cycle at once, before any host call.
-- **Shrink**: a revision that leaves more than ``policy.maxShrinkPercent`` of
-  the owned VMs (on reachable hosts) without a manifest is Stalled unless
-  ``policy.acknowledgeShrinkTo`` equals the number of proxies it asks for.
+- **Shrink**: a revision whose net loss of proxies (owned VMs on reachable
+  hosts that no manifest asks for, less the new proxies it adds: a rename is
+  no loss) is more than ``policy.maxShrinkPercent`` of the owned ones is
+  Stalled unless ``policy.acknowledgeShrinkTo`` equals the number of proxies
+  it asks for. Only with ``prune`` (else nothing is deleted); protected VMs
+  (never deleted) do not count.
 - **Delete window**: ``maxDeletesPerRun`` holds per ``deleteWindowSeconds``,
   not only per run. Deletes (and replaces, whose second half is a delete) are
   recorded in the state dir, so a crash loop, whose every startup is a run,
@@ -83,38 +86,45 @@ def check_images(repo: Repo, check_url: Callable[[str], None] | None) -> Refusal
 
 
 def check_shrink(repo: Repo, inventory: Inventory) -> Refusal | None:
-    """Stalled when the repo drops more than ``maxShrinkPercent`` of the owned proxies.
+    """Stalled when the repo's net loss is more than ``maxShrinkPercent`` of the owned proxies.
 
-    The baseline is what the hosts run for this fleet (reachable hosts only),
-    so it needs no state and survives restarts and a lost state dir.
+    The baseline is what the hosts run for this fleet (reachable hosts only,
+    protected VMs left out), so it needs no state and survives restarts and a
+    lost state dir. Without ``prune`` nothing is deleted and nothing is checked.
     """
     policy = repo.fleet.policy
+    if not policy.prune:
+        return None  # nothing is deleted without prune: the shrink costs no VM
+    # Protected VMs are never deleted, so they count on neither side.
     owned = {
         domain.owner.proxy
         for host in inventory.hosts
         if host.reachable
         for domain in host.domains
-        if domain.owner is not None and domain.owner.fleet == repo.fleet.name
+        if domain.owner is not None
+        and domain.owner.fleet == repo.fleet.name
+        and not domain.owner.protect
     }
     desired = {proxy.name for proxy in repo.proxies}
-    dropped = owned - desired
-    if not owned or len(dropped) * 100 <= policy.max_shrink_percent * len(owned):
+    # Net loss: a renamed proxy (one dropped, one added) does not shrink the fleet.
+    lost = len(owned - desired) - len(desired - owned)
+    if not owned or lost * 100 <= policy.max_shrink_percent * len(owned):
         return None
     if policy.acknowledge_shrink_to == len(desired):
         log.warning(
             "Shrink of %d of %d proxies acknowledged (acknowledgeShrinkTo: %d).",
-            len(dropped),
+            lost,
             len(owned),
             len(desired),
         )
         return None
     where = repo.fleet.location
-    percent = len(dropped) * 100 // len(owned)
+    percent = lost * 100 // len(owned)
     return Refusal(
         "ShrinkNotAcknowledged",
         (
             f"{where.file}:{where.line}:{where.column}: spec.policy.maxShrinkPercent: this "
-            f"revision drops {len(dropped)} of the {len(owned)} proxies the hosts run "
+            f"revision drops {lost} of the {len(owned)} proxies the hosts run "
             f"({percent}% > {policy.max_shrink_percent}%); if that is meant, set "
             f"spec.policy.acknowledgeShrinkTo: {len(desired)}",
         ),

@@ -245,7 +245,14 @@ def test_protect_toggled_on_an_existing_vm_is_recorded_once_and_outlives_its_man
     unprotected = eng.reconcile_once(tmp_path, revision="r4")
     assert [o.action.kind.value for o in unprotected.outcomes] == ["relabel"]
     manifests.write_text("")
-    pruned = eng.reconcile_once(tmp_path, revision="r5")
+    # Dropping the only (now unprotected) proxy is a 100% shrink: Stalled until acknowledged.
+    refused = eng.reconcile_once(tmp_path, revision="r5")
+    assert refused.result is RunResult.STALLED and refused.outcomes == ()
+    assert list(owned(local_conn)) == [created]
+    (tmp_path / "fleet.yaml").write_text(
+        fleet.replace("allowEmpty: true}", "allowEmpty: true, acknowledgeShrinkTo: 0}")
+    )
+    pruned = eng.reconcile_once(tmp_path, revision="r6")
     assert [(o.action.kind.value, o.result.value) for o in pruned.outcomes] == [
         ("delete", "succeeded")
     ]
