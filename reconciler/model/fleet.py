@@ -181,7 +181,7 @@ class Fleet:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """``image`` is a key of `spec.images` or a direct https:// URL."""
+    """``image`` is a key of `spec.images` (the schema refuses a direct URL: docs/security.md)."""
 
     zone: str
     image: str
