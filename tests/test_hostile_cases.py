@@ -24,7 +24,7 @@ from reconciler.adapters.statuswriter import GitStatusWriter
 from reconciler.cli import main
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.reconcile import Engine
-from reconciler.model import Host
+from reconciler.model import Host, Owner
 from reconciler.model.report import RunResult
 from reconciler.model.settings import DaemonSettings, GuardSettings, ListenSettings, RepoSettings
 
@@ -70,7 +70,8 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 def test_there_are_hostile_cases_for_every_class() -> None:
     names = {p.name for p in CASE_DIRS}
     assert len(names) >= 12
-    for word in ("symlink", "bomb", "nesting", "mib", "cloudinit", "image", "timeout"):
+    words = ("symlink", "bomb", "nesting", "mib", "cloudinit", "image", "timeout", "shrink")
+    for word in words:
         assert any(word in name for name in names), word
 
 
@@ -108,8 +109,13 @@ def test_a_daemon_cycle_stalls_on_the_hostile_repo_and_stays_up(case: Path, tmp_
     before = snapshot(outside), snapshot(work)
     hosts: list[FakeHypervisor] = []
 
+    owned = _lines(case / "owned.txt")
+
     def make_host(host: Host) -> FakeHypervisor:
         hosts.append(FakeHypervisor(host.name))
+        for proxy in owned:  # VMs this fleet already runs (a shrink needs something to lose)
+            owner = Owner(fleet="hostile", proxy=proxy, digest="0" * 64)
+            hosts[-1].add_domain(f"pf-hostile-{proxy}-00000000", owner=owner)
         return hosts[-1]
 
     repo_settings = RepoSettings(url=f"file://{bare}")
@@ -144,7 +150,11 @@ def test_a_daemon_cycle_stalls_on_the_hostile_repo_and_stays_up(case: Path, tmp_
     report = daemon.reports[0]
     assert report.result is RunResult.STALLED
     assert list(report.problems) == expected_lines
-    assert hosts == []
+    if owned:  # observed (read-only), nothing else
+        assert [h.mutations for h in hosts] == [[]]
+        assert {c.method for h in hosts for c in h.calls} == {"observe"}
+    else:
+        assert hosts == []
     assert (snapshot(outside), snapshot(work)) == before
     status = git(bare, "show", "proxyfleet-status:.proxyfleet/status.yaml")
     status += git(bare, "show", "proxyfleet-status:.proxyfleet/STATUS.md")
