@@ -177,7 +177,9 @@ def _location(document: Document) -> Location:
 
 def _fleet(document: Document) -> Fleet:
     spec: dict[str, Any] = document.data.get("spec", {})
-    images = tuple(_image(key, value) for key, value in sorted(spec.get("images", {}).items()))
+    images = tuple(
+        _image(key, value, document) for key, value in sorted(spec.get("images", {}).items())
+    )
     machine_types = tuple(
         MachineType(
             key=key,
@@ -201,7 +203,7 @@ def _fleet(document: Document) -> Fleet:
     )
 
 
-def _image(key: str, value: dict[str, Any]) -> Image:
+def _image(key: str, value: dict[str, Any], document: Document) -> Image:
     options: dict[str, Any] = {}
     if "sha256" in value:
         options["sha256"] = value["sha256"].lower()
@@ -209,7 +211,9 @@ def _image(key: str, value: dict[str, Any]) -> Image:
         options["format"] = ImageFormat(value["format"])
     if "firmware" in value:
         options["firmware"] = Firmware(value["firmware"])
-    return Image(key=key, url=value["url"], **options)
+    mark = document.value_mark(("spec", "images", key, "url"))
+    location = Location(document.file, mark.line, mark.column)
+    return Image(key=key, url=value["url"], location=location, **options)
 
 
 def _host(value: dict[str, Any], document: Document, path: FieldPath) -> Host:

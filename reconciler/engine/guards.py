@@ -73,15 +73,13 @@ def check_images(repo: Repo, check_url: Callable[[str], None] | None) -> Refusal
     """Stalled when an image URL is one the box's image cache refuses (``check_url`` raises)."""
     if check_url is None:
         return None
-    where = repo.fleet.location
     problems = []
     for image in repo.fleet.images:
         try:
             check_url(image.url)
         except PermanentError as exc:
-            problems.append(
-                f"{where.file}:{where.line}:{where.column}: spec.images.{image.key}.url: {exc}"
-            )
+            where = image.location if image.location.file else repo.fleet.location
+            problems.append(f"{where}: spec.images.{image.key}.url: {exc}")
     return Refusal("ImageRefused", tuple(problems)) if problems else None
 
 

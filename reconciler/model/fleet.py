@@ -51,6 +51,8 @@ class Image:
     sha256: str | None = None
     format: ImageFormat = ImageFormat.QCOW2
     firmware: Firmware = Firmware.UEFI
+    location: Location = field(default=Location(""), compare=False)
+    """Where ``url`` is written (errors about it point there)."""
 
 
 @dataclass(frozen=True, slots=True)
