@@ -84,7 +84,7 @@ def test_unknown_fields_are_named_with_a_suggestion_and_their_line() -> None:
     assert errors("repo:\n  url: /srv/fleet\n  branhc: main\n") == [
         "proxyfleet.yaml:3:3: repo.branhc: unknown field (did you mean 'branch'?); known: "
         "allowNonFastForward, allowedSignersFile, branch, fetchTimeoutSeconds, knownHostsFile, "
-        "path, sshKeyFile, url, verifyCommits"
+        "maxFileBytes, maxRepoBytes, path, sshKeyFile, url, verifyCommits"
     ]
 
 
@@ -137,3 +137,10 @@ def test_image_file_dirs_and_the_download_cap_come_from_the_daemon_config(tmp_pa
 def test_a_relative_file_dir_for_images_is_refused() -> None:
     found = errors("repo:\n  url: /srv/fleet\nimages:\n  allowFileDirs: [images]\n")
     assert len(found) == 1 and "images.allowFileDirs[0]" in found[0]
+
+
+def test_the_manifest_read_limits_come_from_the_repo_group() -> None:
+    settings = parse("repo:\n  url: /srv/fleet\n  maxFileBytes: 4096\n  maxRepoBytes: 65536\n")
+    assert (settings.repo.max_file_bytes, settings.repo.max_repo_bytes) == (4096, 65536)
+    defaults = parse("repo:\n  url: /srv/fleet\n").repo
+    assert (defaults.max_file_bytes, defaults.max_repo_bytes) == (1 << 20, 64 << 20)

@@ -181,3 +181,23 @@ def test_renaming_every_proxy_is_no_shrink(tmp_path: Path) -> None:
     assert world.cycle("rev2").result is RunResult.SUCCESS
     methods = [m for _, m, _ in world.mutating_calls()]
     assert methods.count("create") == 2 and methods.count("delete") == 2
+
+
+def test_the_engine_reads_the_repo_within_the_limits_it_was_given(tmp_path: Path) -> None:
+    from reconciler.core.repofiles import ReadLimits
+
+    world = FleetRepo(tmp_path)
+    world.engine = Engine(
+        world.factory,
+        images=FakeImages(),
+        prober=FakeProber(),
+        runtime=world.time.runtime(world.stop),
+        read_limits=ReadLimits(max_file_bytes=300),
+    )
+    report = world.cycle()
+    assert report.result is RunResult.STALLED
+    assert report.problems == (
+        "fleet.yaml:0:0: larger than the limit of 300 bytes",
+        "proxies.yaml:0:0: larger than the limit of 300 bytes",
+    )
+    assert world.made == []

@@ -32,6 +32,7 @@ from reconciler.cli.common import (
     daemon_settings,
     guard_settings,
     host_factory,
+    read_limits,
     ssh_settings,
     state_dir,
     table,
@@ -117,6 +118,7 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
         runtime=runtime,
         history=FileHistoryStore(state / "history.json"),
         guards=guard_settings(settings, state_dir(args, settings.state_dir)),
+        read_limits=read_limits(settings),
     )
 
 

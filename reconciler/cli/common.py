@@ -19,6 +19,7 @@ from pathlib import Path
 
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
+from reconciler.core.repofiles import ReadLimits
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostPool
@@ -111,6 +112,13 @@ def host_factory(ssh: SshSettings, *, fleet: str | None = None) -> Callable[[Hos
         return LibvirtHost(host, ssh, fleet=fleet)
 
     return make
+
+
+def read_limits(settings: DaemonSettings) -> ReadLimits:
+    """What one load of the fleet repo may read, from the daemon config."""
+    return ReadLimits(
+        max_file_bytes=settings.repo.max_file_bytes, max_repo_bytes=settings.repo.max_repo_bytes
+    )
 
 
 def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:

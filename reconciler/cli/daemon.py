@@ -13,7 +13,7 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.adapters.metrics import Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.statuswriter import GitStatusWriter
-from reconciler.cli.common import config_error, guard_settings
+from reconciler.cli.common import config_error, guard_settings, read_limits
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
@@ -67,6 +67,7 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),
         guards=guard_settings(settings, settings.state_dir),
+        read_limits=read_limits(settings),
     )
 
 

@@ -121,6 +121,8 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             verify_commits=bool(repo.get("verifyCommits", False)),
             allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
             fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
+            max_file_bytes=int(repo.get("maxFileBytes", 1024 * 1024)),
+            max_repo_bytes=int(repo.get("maxRepoBytes", 64 * 1024 * 1024)),
             allow_non_fast_forward=bool(repo.get("allowNonFastForward", False)),
         ),
         interval=durations.seconds(doc.get("interval", 300)),
