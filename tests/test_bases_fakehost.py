@@ -39,7 +39,8 @@ class PinnedWorld(World):
     ) -> None:
         super().write(*proxies, hostname_suffix=hostname_suffix, protected=protected)
         fleet = self.root / "fleet.yaml"
-        fleet.write_text(fleet.read_text().replace(URL, f"{URL}\n      sha256: {self.sha256}"))
+        # The engine tests' fleet already pins "ab" * 32 (the schema requires a sha256).
+        fleet.write_text(fleet.read_text().replace(f"sha256: {OLD_SHA}", f"sha256: {self.sha256}"))
 
 
 class UpdatedImages(FakeImages):
@@ -119,6 +120,10 @@ def test_a_pool_laid_out_by_key_is_taken_over_without_replacing_its_vms(
     (host,) = [h for h in world.hosts.values() if "web-3" in str(h.specs)]
     assert host.overlays[report.outcomes[0].action.domain or ""] == OLD_BASE
     world.write("web-3")
+    fleet = world.root / "fleet.yaml"  # two of three proxies go: a shrink to acknowledge
+    fleet.write_text(
+        fleet.read_text().replace("prune: true", "prune: true\n    acknowledgeShrinkTo: 1")
+    )
     world.forget()
 
     world.cycle("r3")  # web-1 and web-2 go; their legacy base is still recorded
