@@ -161,6 +161,7 @@ def main() -> None:
         print(
             f"cycles: {args.cycles} in {elapsed:.1f} s ({elapsed / args.cycles * 1000:.0f} ms each)"
         )
+        assert report is not None  # a daemon without a fleet lock always acts
         print(
             f"last result: {report.result.value}; mutating host calls after warm-up: "
             f"{len(host.mutations) - mutations}"

@@ -7,10 +7,14 @@ where the outside world is met (an adapter), and never re-classified above it::
     ├── InvalidInput            bad YAML, schema or semantic error; carries Problems
     ├── ConfigError             the daemon's own config is unusable
     ├── SourceError             the fleet repo cannot be fetched or its head is refused
+    ├── CoordinationError       the coordination service (the fleet lock's backend) cannot
+    │                           be used: unreachable, no quorum, bad URL
     └── HostError               anything that went wrong talking to a hypervisor
         ├── TransientError      retry with backoff: link down, timeout, busy
         ├── PermanentError      report and stop retrying: bad key, refused host key,
-        │                       unsupported XML, wrong checksum
+        │   │                   unsupported XML, wrong checksum
+        │   └── FencedError     a mutating call refused before it was made: this process
+        │                       no longer holds the fleet lock
         └── NotFoundError       the object asked for does not exist
 
 Callers decide what to do from the class alone: the executor retries
@@ -105,6 +109,14 @@ class PermanentError(HostError):
     """Retrying will not help until someone changes something."""
 
 
+class FencedError(PermanentError):
+    """A mutating host call was not made: the fleet lock is no longer ours (fencing).
+
+    Permanent for this run: another actor may lead the fleet now, and only a
+    later run that holds the lock again may act.
+    """
+
+
 class NotFoundError(HostError):
     """The domain, volume or pool asked for does not exist."""
 
@@ -118,3 +130,12 @@ class SourceError(ProxyfleetError):
     def __init__(self, message: str, *, revision: str = "") -> None:
         self.revision = revision
         super().__init__(message)
+
+
+class CoordinationError(ProxyfleetError):
+    """The coordination service behind the fleet lock cannot be used right now.
+
+    Raised by the lock adapter for an unreachable backend, a cluster without
+    quorum or a URL no driver understands; never for "someone else holds it",
+    which is an answer, not an error.
+    """

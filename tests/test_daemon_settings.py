@@ -144,3 +144,24 @@ def test_the_manifest_read_limits_come_from_the_repo_group() -> None:
     assert (settings.repo.max_file_bytes, settings.repo.max_repo_bytes) == (4096, 65536)
     defaults = parse("repo:\n  url: /srv/fleet\n").repo
     assert (defaults.max_file_bytes, defaults.max_repo_bytes) == (1 << 20, 64 << 20)
+
+
+def test_the_coordination_service_and_its_ttl_are_read_and_default_to_the_file_lock() -> None:
+    default = parse("repo:\n  url: /srv/fleet\n").coordination
+    assert default.url == "" and default.ttl == 20 and default.poll == 2.0
+
+    settings = parse(
+        "repo:\n  url: /srv/fleet\ncoordination:\n"
+        "  url: etcd3+http://127.0.0.1:23790\n  ttlSeconds: 6\n"
+    )
+    assert settings.coordination.url == "etcd3+http://127.0.0.1:23790"
+    assert settings.coordination.ttl == 6
+    assert settings.coordination.poll == pytest.approx(0.6)
+
+
+def test_a_coordination_url_no_backend_serves_or_a_tiny_ttl_is_refused_with_its_line() -> None:
+    found = errors(
+        "repo:\n  url: /srv/fleet\ncoordination:\n  url: redis://cache:6379\n  ttlSeconds: 1\n"
+    )
+    assert found[0].startswith("proxyfleet.yaml:4:3: coordination.url: 'redis://cache:6379'")
+    assert found[1].startswith("proxyfleet.yaml:5:3: coordination.ttlSeconds: 1 is less than")

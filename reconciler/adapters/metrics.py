@@ -141,6 +141,12 @@ class Metrics:
         )
         for stage in ("metrics", "status"):
             self.report_errors.labels(stage)
+        self.leader = Gauge(
+            "proxyfleet_leader",
+            "1 while this daemon holds the fleet's lock and acts; 0 while it stands by.",
+            ["fleet"],
+            registry=r,
+        )
         for condition in CONDITIONS:
             self.condition.labels(condition).set(0)
         for kind in ActionKind:
@@ -155,6 +161,31 @@ class Metrics:
     def report_failed(self, stage: str) -> None:
         """Count a failure to record metrics (``metrics``) or to write the status (``status``)."""
         self.report_errors.labels(stage).inc()
+
+    def leading(self, fleet: str, leading: bool) -> None:
+        """``proxyfleet_leader{fleet}``: the Leadership's change hook (injected).
+
+        A daemon that stands by drops its picture of the fleet (hosts, proxies, blocked
+        actions, conditions): only the leader's is current, and a stale one would keep
+        alerts such as a host being down firing on a box that no longer looks.
+        """
+        with self._lock:
+            self.leader.labels(fleet).set(1 if leading else 0)
+            if leading:
+                return
+            for gauge in (
+                self.host_up,
+                self.proxy_health,
+                self.proxies,
+                self.blocked,
+                self.probe_path_suspect,
+                self.paused_io_error,
+            ):
+                gauge.clear()
+            for condition in CONDITIONS:
+                self.condition.labels(condition).set(0)
+            self.rollout_halted.set(0)
+            self.suspended.set(0)
 
     def source_result(self, *, ok: bool) -> None:
         self.source_up.set(1 if ok else 0)

@@ -1,7 +1,10 @@
 """``proxyfleet apply``: one reconcile, now, from a checkout on this machine.
 
-Loads the repo, observes the live hosts, shows the plan, asks (unless
-``--yes``), applies it, checks every proxy and prints the result.
+Loads the repo, takes the fleet's lock, observes the live hosts, shows the
+plan, asks (unless ``--yes``), applies it, checks every proxy and prints the
+result. The lock is the one a running daemon holds (docs/operations.md): next
+to a daemon that leads the fleet, apply refuses and names the holder; with
+``--wait`` it waits until the lock is free (the daemon stopped).
 
 Exit codes:
   0  every planned action succeeded and every proxy passed its health check
@@ -15,16 +18,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reconciler.adapters.fleetlock import FleetLock
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -32,6 +37,7 @@ from reconciler.cli.common import (
     daemon_settings,
     guard_settings,
     host_factory,
+    lock_service,
     read_limits,
     ssh_settings,
     state_dir,
@@ -41,9 +47,11 @@ from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
+from reconciler.engine.fencing import fenced
+from reconciler.engine.leadership import fleet_id
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, CoordinationError
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings, DaemonSettings
@@ -67,6 +75,12 @@ def register(sub: Any) -> None:
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
     parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another actor (a daemon, another apply) holds the fleet lock, wait for it "
+        "instead of refusing",
+    )
+    parser.add_argument(
         "--no-wait",
         action="store_true",
         help="do not wait for new VMs to get an IP: check every proxy once and return",
@@ -84,17 +98,68 @@ def run(args: argparse.Namespace) -> int:
         return config_error(exc)
     # Warnings and errors only, unless -v: the plan and the table are the output.
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
+    try:
+        locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
+    except ConfigError as exc:
+        return config_error(exc)
     stop = threading.Event()
-    engine = build_engine(args, settings, runtime=Runtime.interruptible(stop))
     try:
         with _stop_on_signals(stop):
-            return apply_with(args, engine)
+            fleet = fleet_id(args.repo)
+            lock = locks.lock(fleet) if fleet is not None else None
+            if lock is not None and not take_lock(lock, wait=args.wait, stop=stop):
+                return EXIT_ERROR
+            # An invalid repo (no fleet id) stalls before any host is contacted: no lock needed,
+            # and a fence that never opens.
+            held = lock.held if lock is not None else (lambda: False)
+            engine = build_engine(args, settings, runtime=Runtime.interruptible(stop), held=held)
+            try:
+                return apply_with(args, engine)
+            finally:
+                engine.close()
     finally:
-        engine.close()
+        locks.close()
 
 
-def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime: Runtime) -> Engine:
-    """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes."""
+def take_lock(lock: FleetLock, *, wait: bool, stop: threading.Event) -> bool:
+    """Take the fleet's lock for this apply, or say who has it; True once it is ours."""
+    try:
+        if lock.acquire():
+            return True
+        holder = lock.holder()
+        who = str(holder) if holder is not None else "another actor (unknown)"
+        if not wait:
+            print(
+                f"proxyfleet apply: fleet {lock.fleet} is locked by {who}; nothing was applied. "
+                "Pass --wait to wait for the lock, or stop that actor first.",
+                file=sys.stderr,
+            )
+            return False
+        print(f"Waiting for the lock of fleet {lock.fleet}, held by {who} ...", file=sys.stderr)
+        if lock.acquire(wait=math.inf, stop=stop):
+            return True
+        print("proxyfleet apply: stopped while waiting; nothing was applied.", file=sys.stderr)
+        return False
+    except CoordinationError as exc:
+        print(
+            f"proxyfleet apply: cannot take the lock of fleet {lock.fleet}: {exc}; "
+            "nothing was applied.",
+            file=sys.stderr,
+        )
+        return False
+
+
+def build_engine(
+    args: argparse.Namespace,
+    settings: DaemonSettings,
+    *,
+    runtime: Runtime,
+    held: Callable[[], bool] | None = None,
+) -> Engine:
+    """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
+
+    With ``held`` (the fleet lock's), every mutating host call is fenced by it.
+    """
     from reconciler.adapters.download import ImageCache
     from reconciler.adapters.historystore import FileHistoryStore
     from reconciler.adapters.probe import HttpProber
@@ -110,8 +175,9 @@ def build_engine(args: argparse.Namespace, settings: DaemonSettings, *, runtime:
     apply = ApplySettings(per_host_concurrency=settings.concurrency.per_host)
     if getattr(args, "no_wait", False):
         apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
+    hosts = host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet)
     return Engine(
-        host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet),
+        fenced(hosts, held) if held is not None else hosts,
         images=images,
         prober=prober,
         settings=apply,

@@ -17,13 +17,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from reconciler.adapters.fleetlock import LockService, this_process
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.repofiles import ReadLimits
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostPool
-from reconciler.errors import ConfigError, InvalidInput
+from reconciler.errors import ConfigError, CoordinationError, InvalidInput
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
 
@@ -99,6 +100,18 @@ def state_dir(args: argparse.Namespace, base: Path | None = None) -> Path:
     flag: Path | None = getattr(args, "state_dir", None)
     found = flag or _env_path(ENV_STATE_DIR) or base
     return found if found is not None else DaemonSettings().state_dir
+
+
+def lock_service(settings: DaemonSettings, state: Path, *, role: str) -> LockService:
+    """The fleet locks of the config's coordination service (a file lock in ``state``/locks
+    by default). Raises ConfigError for a URL no backend understands."""
+    from reconciler.adapters.toozlock import ToozLocks, default_url  # tooz loads only here
+
+    url = settings.coordination.url or default_url(state)
+    try:
+        return ToozLocks(url, me=this_process(role), ttl=settings.coordination.ttl)
+    except CoordinationError as exc:
+        raise ConfigError(f"coordination.url: {exc}") from exc
 
 
 def host_factory(ssh: SshSettings, *, fleet: str | None = None) -> Callable[[Host], Hypervisor]:

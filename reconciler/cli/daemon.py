@@ -5,20 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reconciler.adapters.fleetlock import LockService
 from reconciler.adapters.gitsource import GitSource
 from reconciler.adapters.host import Hypervisor
 from reconciler.adapters.metrics import Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.statuswriter import GitStatusWriter
-from reconciler.cli.common import config_error, guard_settings, read_limits
+from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
+from reconciler.engine.fencing import fenced
+from reconciler.engine.leadership import Leadership
+from reconciler.engine.pool import HostFactory
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import ConfigError
@@ -43,26 +48,41 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Event) -> Engine:
-    """The engine on real hosts, kept across cycles; libvirt call timings go to ``metrics``."""
+def build_engine(
+    settings: DaemonSettings,
+    metrics: Metrics,
+    stop: threading.Event,
+    *,
+    held: Callable[[], bool],
+    host_factory: HostFactory | None = None,
+    images: ImageSource | None = None,
+    prober: Prober | None = None,
+) -> Engine:
+    """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
+    unless a factory is given, each fenced by ``held`` (the fleet lock)."""
     from reconciler.adapters.download import ImageCache
     from reconciler.adapters.historystore import FileHistoryStore
-    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only here
     from reconciler.adapters.probe import HttpProber
 
-    def make_host(host: Host) -> Hypervisor:
-        return LibvirtHost(host, settings.ssh, observer=metrics.observe_rpc, fleet=settings.fleet)
+    if host_factory is None:
+        from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only here
 
-    images: ImageSource = ImageCache(
-        settings.state_dir / "images",
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
-    )
-    prober: Prober = HttpProber()
+        def make_host(host: Host) -> Hypervisor:
+            return LibvirtHost(
+                host, settings.ssh, observer=metrics.observe_rpc, fleet=settings.fleet
+            )
+
+        host_factory = make_host
     return Engine(
-        make_host,
-        images=images,
-        prober=prober,
+        fenced(host_factory, held),
+        images=images
+        if images is not None
+        else ImageCache(
+            settings.state_dir / "images",
+            allowed_file_dirs=settings.images.allow_file_dirs,
+            max_bytes=settings.images.max_bytes,
+        ),
+        prober=prober if prober is not None else HttpProber(),
         settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),
@@ -74,35 +94,69 @@ def build_engine(settings: DaemonSettings, metrics: Metrics, stop: threading.Eve
 def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
+        locks = lock_service(settings, settings.state_dir, role="daemon")
     except ConfigError as exc:
         return config_error(exc)
     setup_logging(settings.log.level, settings.log.format, verbose=getattr(args, "verbose", 0))
+    return serve(settings, locks)
+
+
+def serve(
+    settings: DaemonSettings,
+    locks: LockService,
+    *,
+    host_factory: HostFactory | None = None,
+    images: ImageSource | None = None,
+    prober: Prober | None = None,
+    notifier: SdNotify | None = None,
+) -> int:
+    """Assemble the daemon (source, lock, engine, status, metrics) and run it until SIGTERM.
+
+    Tests run it in a process of its own with in-memory hosts (``host_factory``).
+    """
     metrics = Metrics()
     stop = threading.Event()
+    leadership = Leadership(locks, poll=settings.coordination.poll, on_change=metrics.leading)
     source = ObservedSource(
         GitSource(settings.repo, settings.state_dir / "repo"), metrics.source_result
     )
-    engine = build_engine(settings, metrics, stop)
+    engine = build_engine(
+        settings,
+        metrics,
+        stop,
+        held=leadership.held,
+        host_factory=host_factory,
+        images=images,
+        prober=prober,
+    )
     status = (
         GitStatusWriter(settings.repo, settings.status, settings.state_dir / "status")
         if settings.status.enabled
         else None
     )
+    cycle = source_cycle(
+        source,
+        lambda root, rev: engine.reconcile_once(root, revision=rev),
+        leadership=leadership,
+    )
     try:
         daemon = Daemon(
             settings,
-            source_cycle(source, lambda root, rev: engine.reconcile_once(root, revision=rev)),
+            cycle,
             metrics=metrics,
             status=status,
-            notifier=SdNotify(),
+            notifier=notifier if notifier is not None else SdNotify(),
             stop=stop,
             progress=engine.runtime.progress,
+            leadership=leadership,
         )
     except OSError as exc:
         print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
         engine.close()
+        locks.close()
         return 1
     try:
         return daemon.run()
     finally:
         engine.close()
+        locks.close()

@@ -22,6 +22,7 @@ from reconciler.core.yamlload import Document, FieldPath, format_path, load_docu
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
     ConcurrencySettings,
+    CoordinationSettings,
     DaemonSettings,
     ImageSettings,
     ListenSettings,
@@ -156,6 +157,10 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else None,
         delete_window=float(doc.get("deleteWindowSeconds", 3600)),
+        coordination=CoordinationSettings(
+            url=str(dict(_pairs(doc, "coordination")).get("url", "")),
+            ttl=float(dict(_pairs(doc, "coordination")).get("ttlSeconds", 20)),
+        ),
         state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
     )
 

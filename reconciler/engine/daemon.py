@@ -29,6 +29,7 @@ from reconciler.adapters.metrics import CONTENT_TYPE, Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.source import Checkout, Source
 from reconciler.adapters.statuswriter import StatusSink
+from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.runtime import Progress
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
@@ -37,8 +38,9 @@ from reconciler.model.settings import DaemonSettings
 
 log = logging.getLogger(__name__)
 
-Cycle = Callable[[threading.Event], RunReport]
-"""One reconcile, given the stop flag; never raises (a bug becomes a FAILED report)."""
+Cycle = Callable[[threading.Event], RunReport | None]
+"""One reconcile, given the stop flag; never raises (a bug becomes a FAILED report).
+None: this daemon stands by (another one leads the fleet) and did nothing."""
 
 Reconcile = Callable[[Path, str], RunReport]
 """The engine: reconcile the repo checked out at a directory, at a revision."""
@@ -73,16 +75,23 @@ class ObservedSource:
 
 
 def source_cycle(
-    source: Source, reconcile: Reconcile, *, clock: Callable[[], datetime] = utc_now
+    source: Source,
+    reconcile: Reconcile,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    leadership: Leadership | None = None,
 ) -> Cycle:
     """The cycle the daemon runs: sync the source, then let the engine reconcile it.
 
     A source that cannot give a revision makes a Stalled report naming why; a
     failed fetch reconciles the last good revision and lists the fetch error
-    among the report's problems.
+    among the report's problems. With ``leadership``, the fleet's lock is
+    claimed between the fetch and the engine: without it the cycle returns
+    None and no host is touched. A repo that does not load claims the lock of
+    the fleet id last seen (its Stalled report touches no host either way).
     """
 
-    def cycle(stop: threading.Event) -> RunReport:
+    def cycle(stop: threading.Event) -> RunReport | None:
         started = clock()
         try:
             checkout = source.sync()
@@ -91,6 +100,10 @@ def source_cycle(
             return source_stalled(
                 str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
             )
+        if leadership is not None:
+            fleet = fleet_id(checkout.root) or leadership.fleet
+            if fleet is not None and not leadership.claim(fleet):
+                return None
         report = reconcile(checkout.root, checkout.revision)
         # The cycle's duration includes the fetch, not only the engine's part.
         report = replace(report, started=min(started, report.started))
@@ -136,8 +149,11 @@ class Daemon:
         handle_signals: bool = True,
         follow_up: float = FOLLOW_UP,
         progress: Progress | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.settings = settings
+        self.leadership = leadership
+        """Who acts for the fleet; None: this daemon always acts (no lock, tests)."""
         self.stop = stop if stop is not None else threading.Event()
         self.triggers = TriggerQueue()
         self.metrics = metrics
@@ -179,7 +195,12 @@ class Daemon:
         limit = 3 * self.settings.interval
         what = "last cycle completed" if self._last_completed is not None else "started"
         text = f"{what} {age:.0f}s ago (limit {limit:.0f}s)"
-        return age < limit, ("ok: " if age < limit else "stale: ") + text
+        if self.leadership is None:
+            return age < limit, ("ok: " if age < limit else "stale: ") + text
+        role = self.leadership.describe()
+        if age >= limit:
+            return False, f"stale: {text}; {role}"
+        return True, ("ok: " if self.leadership.leading else "standby: ") + f"{role}; {text}"
 
     def alive(self) -> bool:
         """False only when one cycle has gone too long without finishing an action (hung):
@@ -211,6 +232,10 @@ class Daemon:
         self.http.start()
         watcher = self._start_watcher()
         pinger = self._start_watchdog()
+        if self.leadership is not None:
+            leadership = self.leadership
+            leadership.listen(lambda fleet, leading: self._notifier.status(leadership.describe()))
+            leadership.watch(self.stop, lambda: self.triggers.fire("leader"))
         self._notifier.ready("Starting; first reconcile now")
         self.triggers.fire("startup")
         deadline, due = self._monotonic(), "interval"
@@ -238,17 +263,19 @@ class Daemon:
                 pinger.join(timeout=5)
             if restore is not None:
                 restore()
+            if self.leadership is not None:
+                self.leadership.close()
         log.info("Stopped.")
         return 0
 
-    def wait_after(self, report: RunReport) -> tuple[float, str]:
+    def wait_after(self, report: RunReport | None) -> tuple[float, str]:
         """Seconds to the next run after ``report``, and the reason it will run for.
 
         The jittered interval; ``FOLLOW_UP`` seconds instead while the report
         names new VMs that are not healthy yet, unless the interval is sooner.
         """
         wait = self._schedule.next_wait()
-        if not report.settling or self._follow_up <= 0 or wait <= self._follow_up:
+        if report is None or not report.settling or self._follow_up <= 0 or wait <= self._follow_up:
             return wait, "interval"
         log.info(
             "%d new VM(s) not healthy yet (%s); next run in %.0f s.",
@@ -258,8 +285,8 @@ class Daemon:
         )
         return self._follow_up, "follow-up"
 
-    def run_once(self, reasons: Sequence[str]) -> RunReport:
-        """One cycle now, then metrics, status and systemd STATUS."""
+    def run_once(self, reasons: Sequence[str]) -> RunReport | None:
+        """One cycle now, then metrics, status and systemd STATUS (None: standing by)."""
         log.info("Reconcile started (%s).", ", ".join(reasons))
         self._notifier.status(f"Reconciling ({', '.join(reasons)})")
         with self._lock:
@@ -273,10 +300,17 @@ class Daemon:
         with self._lock:
             self._cycle_started = None
             self._last_completed = self._monotonic()
+        if report is None:
+            role = self.leadership.describe() if self.leadership is not None else "standby"
+            log.info("Reconcile finished: nothing done, %s.", role)
+            self._notifier.status(f"Standby: {role}")
+            return None
         self._report(report)
         self.reports = [*self.reports[-9:], report]
         summary = _summary(report)
         log.info("Reconcile finished: %s.", summary)
+        if self.leadership is not None:
+            summary = f"{summary}; {self.leadership.describe()}"
         self._notifier.status(summary)
         return report
 

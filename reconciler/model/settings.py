@@ -167,6 +167,25 @@ class GuardSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinationSettings:
+    """Where the fleet lock lives (one actor per fleet; active/standby across boxes)."""
+
+    url: str = ""
+    """tooz URL: ``etcd3+http://HOST:2379`` or ``zookeeper://HOST:2181`` for several
+    boxes; "" means a file lock in ``<stateDir>/locks``, which serves one box."""
+    ttl: float = 20.0
+    """Seconds a leader's lease outlives its last renewal: a standby takes over at most
+    ``ttl`` + ``ttl / 10`` seconds after the leader died or was cut off; the leader
+    itself stops acting ``ttl * 2 / 3`` seconds after its last renewal. Not used by
+    the file lock, which the kernel drops the moment its holder dies."""
+
+    @property
+    def poll(self) -> float:
+        """Seconds between a standby's attempts to take the lock."""
+        return min(max(self.ttl / 10, 0.2), 2.0)
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSettings:
     """Everything in /etc/proxyfleet/proxyfleet.yaml."""
 
@@ -186,5 +205,6 @@ class DaemonSettings:
     """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
     delete_window: float = 3600.0
     """Seconds over which ``policy.maxDeletesPerRun`` holds, persisted in the state dir."""
+    coordination: CoordinationSettings = CoordinationSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""

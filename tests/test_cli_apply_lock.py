@@ -1,0 +1,71 @@
+"""``proxyfleet apply`` and the fleet lock: refuse naming the holder, or wait with --wait."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.fleetlock import Holder
+from reconciler.cli.apply import take_lock
+
+DAEMON = Holder("mgmt1", 812, "daemon")
+APPLY = Holder("laptop", 4242, "apply")
+
+
+def test_apply_beside_the_holder_refuses_and_names_box_pid_and_since(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backend = FakeLockBackend()
+    assert FakeLocks(backend, DAEMON).lock("home").acquire()
+    lock = FakeLocks(backend, APPLY).lock("home")
+
+    assert take_lock(lock, wait=False, stop=threading.Event()) is False
+
+    err = capsys.readouterr().err
+    assert "fleet home is locked by daemon on mgmt1 (pid 812, since " in err
+    assert "nothing was applied. Pass --wait" in err
+
+
+def test_apply_with_wait_takes_the_lock_once_the_holder_lets_go(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backend = FakeLockBackend()
+    daemon = FakeLocks(backend, DAEMON).lock("home")
+    assert daemon.acquire()
+    lock = FakeLocks(backend, APPLY).lock("home")
+    threading.Timer(0.3, daemon.release).start()
+
+    assert take_lock(lock, wait=True, stop=threading.Event()) is True
+
+    assert lock.held()
+    assert "Waiting for the lock of fleet home, held by daemon on mgmt1" in capsys.readouterr().err
+
+
+def test_apply_stopped_while_waiting_applies_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    backend = FakeLockBackend()
+    assert FakeLocks(backend, DAEMON).lock("home").acquire()
+    lock = FakeLocks(backend, APPLY).lock("home")
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+
+    assert take_lock(lock, wait=True, stop=stop) is False
+
+    assert not lock.held()
+    assert "stopped while waiting; nothing was applied" in capsys.readouterr().err
+
+
+def test_an_unreachable_coordination_service_is_named_and_nothing_is_applied(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backend = FakeLockBackend()
+    backend.down = True
+
+    assert (
+        take_lock(FakeLocks(backend, APPLY).lock("home"), wait=True, stop=threading.Event())
+        is False
+    )
+
+    err = capsys.readouterr().err
+    assert "cannot take the lock of fleet home: fake coordination service is down" in err

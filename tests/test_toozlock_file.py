@@ -1,0 +1,169 @@
+"""The tooz lock on its default backend, a file lock in the state dir (real tooz, real flock)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.fleetlock import Holder, this_process
+from reconciler.adapters.toozlock import ToozLocks, default_url, driver_url
+from reconciler.errors import CoordinationError
+
+A = Holder("box-a", 101, "daemon")
+B = Holder("box-b", 202, "apply")
+
+HOLD = """
+import sys, time
+from reconciler.adapters.fleetlock import this_process
+from reconciler.adapters.toozlock import ToozLocks
+locks = ToozLocks(sys.argv[1], me=this_process("daemon"))
+assert locks.lock("home").acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_process_is_refused_and_told_who_holds_the_lock(tmp_path: Path) -> None:
+    url = default_url(tmp_path)
+    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
+    try:
+        assert first.lock("home").acquire()
+        assert second.lock("home").acquire() is False
+
+        holder = second.lock("home").holder()
+        assert holder is not None
+        assert (holder.box, holder.pid, holder.role) == ("box-a", 101, "daemon")
+        assert holder.since is not None
+        assert str(holder).startswith("daemon on box-a (pid 101, since ")
+        assert first.lock("home").held() and not second.lock("home").held()
+        assert second.lock("office").acquire()  # another fleet, another lock
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_file_lock_has_no_ttl_and_stays_held(tmp_path: Path) -> None:
+    locks = ToozLocks(default_url(tmp_path), me=A, ttl=3)
+    try:
+        assert math.isinf(locks.ttl)
+        lock = locks.lock("home")
+        assert lock.acquire()
+        time.sleep(0.5)
+        assert lock.held()
+    finally:
+        locks.close()
+
+
+def test_a_waiting_acquire_gets_the_lock_once_the_holder_releases_it(tmp_path: Path) -> None:
+    url = default_url(tmp_path)
+    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
+    try:
+        assert first.lock("home").acquire()
+        got: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: got.append(second.lock("home").acquire(wait=math.inf))
+        )
+        waiter.start()
+        time.sleep(1.0)
+        assert got == []
+        first.lock("home").release()
+        waiter.join(10)
+        assert got == [True]
+        holder = first.lock("home").holder()
+        assert holder is not None and holder.box == "box-b"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_waiting_acquire_gives_up_when_stopped(tmp_path: Path) -> None:
+    url = default_url(tmp_path)
+    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
+    try:
+        assert first.lock("home").acquire()
+        stop = threading.Event()
+        threading.Timer(0.5, stop.set).start()
+        started = time.monotonic()
+        assert second.lock("home").acquire(wait=math.inf, stop=stop) is False
+        assert time.monotonic() - started < 5
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_holder_killed_with_sigkill_frees_the_lock_and_is_no_longer_named(
+    tmp_path: Path,
+) -> None:
+    url = default_url(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, url],
+        stdout=subprocess.PIPE,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    locks = ToozLocks(url, me=this_process("apply"))
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"held"
+        lock = locks.lock("home")
+        assert lock.acquire() is False
+        holder = lock.holder()
+        assert holder is not None
+        assert (holder.box, holder.pid) == (socket.gethostname(), child.pid)
+
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+
+        assert lock.acquire()
+        holder = lock.holder()
+        assert holder is not None and holder.pid == os.getpid()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        locks.close()
+
+
+def test_the_etcd_url_gets_lease_and_request_timeouts_from_the_ttl() -> None:
+    url = driver_url("etcd3+http://10.0.0.5:2379", 20)
+    assert url.startswith("etcd3+http://10.0.0.5:2379?")
+    assert "lock_timeout=20" in url and "membership_timeout=20" in url and "timeout=3" in url
+    assert "lock_timeout=7" in driver_url("etcd3+http://h:2379?lock_timeout=7", 20)
+    assert driver_url("zookeeper://zk:2181", 30) == "zookeeper://zk:2181?timeout=30"
+
+
+def test_an_unknown_coordination_scheme_is_refused() -> None:
+    with pytest.raises(CoordinationError, match="scheme must be one of"):
+        driver_url("redis://localhost:6379", 20)
+
+
+def test_an_unreachable_etcd_raises_coordination_error_instead_of_hanging() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    locks = ToozLocks(f"etcd3+http://127.0.0.1:{port}", me=A, ttl=6)
+    try:
+        with pytest.raises(CoordinationError, match=r"127\.0\.0\.1"):
+            locks.lock("home").acquire()
+        assert locks.lock("home").holder() is None
+        assert not locks.lock("home").held()
+    finally:
+        locks.close()
+
+
+def test_a_zookeeper_url_without_kazoo_installed_says_what_is_missing() -> None:
+    locks = ToozLocks("zookeeper://127.0.0.1:1", me=A, ttl=6)
+    try:
+        with pytest.raises(CoordinationError, match="needs the kazoo package"):
+            locks.lock("home").acquire()
+    finally:
+        locks.close()
