@@ -4,7 +4,7 @@ up [--hosts N]        bring up N namespaced hypervisors (default 2) and the imag
 down [--keep-state]   remove every namespace, process, mount, link and route of the lab
 status                show what of the lab exists
 image [--force]       build the guest image unless the cache holds it for this recipe
-daemon ACTION NAME --host N   stop/start/restart sshd or libvirtd on one host (tests use it)
+daemon ACTION NAME --host N   stop/start/restart sshd, libvirtd, ... or the probe on one host
 """
 
 from __future__ import annotations
@@ -250,7 +250,10 @@ def boottest(firmwares: list[str], *, accel: str, timeout: float) -> int:
 
 
 def daemon(action: str, name: str, n: int) -> None:
+    """``probe`` is the host's 204 server (http://10.79.0.1/generate_204): stopped, every
+    proxy of the host fails its health probe while the guests themselves are fine."""
     host = HostLayout(n)
+    name = "python" if name == "probe" else name
     if action in ("stop", "restart"):
         hosts.stop_daemon(host, name)
     if action in ("start", "restart"):
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p_img.add_argument("--force", action="store_true")
     p_d = sub.add_parser("daemon")
     p_d.add_argument("action", choices=["stop", "start", "restart"])
-    p_d.add_argument("name", choices=["sshd", "libvirtd", "virtlogd", "dnsmasq"])
+    p_d.add_argument("name", choices=["sshd", "libvirtd", "virtlogd", "dnsmasq", "probe"])
     p_d.add_argument("--host", type=int, required=True)
     p_b = sub.add_parser("boottest")
     p_b.add_argument("--firmware", choices=["uefi", "bios"], action="append")

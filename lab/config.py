@@ -17,8 +17,8 @@ LAB_DIR = Path(__file__).resolve().parent
 INSTANCE = int(os.environ.get("PROXYFLEET_LAB_INSTANCE", "0"))
 """Several labs may run side by side (tests, benchmarks, the demo): instance k numbers
 its hosts k*10+1 .. k*10+9, so names, veths, addresses and routes never collide."""
-if not 0 <= INSTANCE <= 4:
-    raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..4")
+if not 0 <= INSTANCE <= 9:
+    raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..9")
 HOST_BASE = INSTANCE * 10
 _DEFAULT_STATE = LAB_DIR / ("state" if INSTANCE == 0 else f"state-{INSTANCE}")
 STATE = Path(os.environ.get("PROXYFLEET_LAB_STATE", _DEFAULT_STATE)).resolve()

@@ -379,8 +379,14 @@ def _ready(host: HostLayout, name: str) -> bool:
 
 
 def stop_daemon(host: HostLayout, name: str, *, timeout: float = 10) -> None:
-    """Stop one daemon of the host (SIGTERM, then SIGKILL) and wait until it is gone."""
-    victims = [p for p in processes_in_netns(host.netns) if p.name == name]
+    """Stop one daemon of the host (SIGTERM, then SIGKILL) and wait until it is gone.
+    ``python`` is the probe server (its executable's name is python3.N)."""
+    victims = [
+        p
+        for p in processes_in_netns(host.netns)
+        if (name == "python" and "lab.servers probe" in p.cmdline)
+        or (name != "python" and p.name == name)
+    ]
     _terminate([p.pid for p in victims], timeout=timeout)
 
 
