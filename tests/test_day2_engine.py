@@ -11,6 +11,7 @@ import pytest
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.historystore import FileHistoryStore
+from reconciler.core import statusdoc
 from reconciler.engine.reconcile import Engine
 from reconciler.model import DomainState
 from reconciler.model.plan import Blocked, Replace, Start
@@ -113,6 +114,22 @@ def test_when_every_proxy_of_a_zone_fails_at_once_nothing_is_replaced(world: Wor
     assert "ProbePathSuspect" in conditions(report)
     held = [a for a in report.plan.actions if isinstance(a, Blocked)]
     assert len(held) == 3 and all("probe path is suspect" in a.reason for a in held)
+
+
+def test_a_held_zone_writes_the_same_status_on_every_run(world: World) -> None:
+    """Found on the lab: the held replaces' reasons said for how many seconds the probe had
+    failed, so every run's status differed and the daemon committed one status per run for
+    as long as the probe path was down."""
+    for _, domain in owned(world).values():
+        world.prober.unhealthy.add(ip_of(world, domain))
+    world.cycle()
+    world.time.sleep(1000)
+    first = statusdoc.build(world.cycle(), None, runs=[])
+    world.time.sleep(300)
+    second = statusdoc.build(world.cycle(), first, runs=[])
+
+    assert first["blocked"] and "probe path is suspect" in str(first["blocked"])
+    assert statusdoc.meaningful(second) == statusdoc.meaningful(first)
 
 
 def test_a_rollout_to_a_broken_spec_halts_after_its_first_batch_and_a_revert_recovers(

@@ -69,7 +69,11 @@ def judge(
     failing = history.failing_for(host, domain.name)
     if after <= 0 or failing is None or failing < after:
         return None
-    what = f"its probe has failed for {failing:.0f} s (replaceAfterSeconds {after:.0f})"
+    # The time it started failing, not the seconds since: a reason that changes on every run
+    # would make every run's status meaningfully new (a status commit per run while it lasts).
+    since = history.record(host, domain.name).failing_since
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ") if since is not None else "?"
+    what = f"its probe has failed since {stamp}, longer than replaceAfterSeconds ({after:.0f} s)"
     if not correct:
         return Verdict(Cure.KEEP, f"{what}; drift: detect only reports it")
     if suspect:
