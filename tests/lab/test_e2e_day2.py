@@ -1,0 +1,528 @@
+"""Day 2 end to end on the lab: the daemon keeps three real proxies serving without commits.
+
+One fleet, one zone, three UEFI proxies (TCG) on the two lab hosts, driven by
+``proxyfleet run`` as a process (interval 15 s) pulling a bare git repo, as in
+test_e2e_daemon.py. The scenarios share the guests and run in this order, each starting
+from what the previous one left:
+
+c. a VM's QEMU process SIGKILLed on its host is started again (same domain, same UUID)
+   and serves again, with no commit;
+e. the probe endpoint every proxy's probeURL points at stopped on both hosts: every
+   proxy fails at once, nothing is replaced past replaceAfterSeconds, ProbePathSuspect is
+   in the status; the endpoint back, every proxy is healthy and the condition is gone;
+d. squid stopped inside one guest through the guest agent: that proxy is replaced (a new
+   domain beside the old one until it is healthy) no sooner than replaceAfterSeconds
+   (60 s here) after the stop, while the two others answer every sample through squid;
+b. a commit gives every proxy a userData whose squid never starts: the rollout creates
+   one new VM (batch 1 of 3), which fails its health gate; RolloutHalted is in the status,
+   no second new VM is made, and the three old VMs answer every sample with the old
+   version; a revert commit deletes the broken VM and leaves the three old ones serving.
+
+Image updates (scenario a of issue 11) are not here yet: content-named base volumes are
+not on main.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from signal import SIGKILL
+from typing import Any
+
+import pytest
+from labutil import lab_daemon, layout, virsh
+from test_e2e_daemon import (
+    SECRET,
+    DaemonProcess,
+    Remote,
+    free_port,
+    git,
+    indented,
+    probe_through,
+    wait_for,
+)
+
+from lab import config as lab_config
+from lab import hosts as lab_hosts
+
+LAB_HOSTS = 2
+FLEET = "e2eh"
+ZONE = "zone-a"
+PROXIES = ("pfh-a", "pfh-b", "pfh-c")
+PREFIX = f"pf-{FLEET}-"
+REPLACE_AFTER = 60
+INTERVAL = 15
+REPLACE_TIMEOUT = 600
+"""The executor's replace timeout (ApplySettings.replace_timeout): how long a new VM has to
+get healthy before its rollout halts."""
+BOOT = 1500.0
+"""Seconds for TCG guests to boot to a healthy proxy on shared cores (~2-3 min quiet, far
+more while other labs boot guests on the same two cores)."""
+
+
+# -- the fleet repo -------------------------------------------------------------------
+
+
+def fleet_yaml(lab: dict[str, Any]) -> str:
+    """Both lab hosts in one zone, so that the three proxies form one zone."""
+    hosts = "".join(
+        f"    - name: {h['name']}\n      address: {h['address']}\n      port: {h['port']}\n"
+        f"      user: root\n      zone: {ZONE}\n      pool: default\n"
+        "      network: {bridge: br0}\n      domainType: qemu\n      cpuMode: none\n"
+        for h in lab["hosts"]
+    )
+    return (
+        f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {FLEET}\nspec:\n"
+        + indented(lab_config.IMAGES_YAML)
+        + "  machineTypes:\n    small:\n      vcpus: 1\n      memoryMiB: 1024\n      diskGiB: 4\n"
+        + "  hosts:\n"
+        + hosts
+        + "  policy:\n    prune: true\n    maxDeletesPerRun: 5\n"
+    )
+
+
+def proxy_yaml(name: str, probe_url: str, generation: int, *, broken: bool = False) -> str:
+    """A UEFI proxy whose userData configures, enables and starts squid (the image ships it
+    off); its Via header names the proxy and generation. ``broken``: the runcmd names a unit
+    that does not exist (a typo), so squid never starts."""
+    unit = "squidd" if broken else "squid"
+    return (
+        "apiVersion: proxyfleet/v1\nkind: Proxy\n"
+        f"metadata:\n  name: {name}\n"
+        f"spec:\n  placement:\n    zone: {ZONE}\n    image: debian12\n    machineType: small\n"
+        "  cloudInit:\n    userData: |\n"
+        "      #cloud-config\n"
+        "      write_files:\n"
+        "        - path: /etc/squid/squid.conf\n"
+        "          content: |\n"
+        "            http_port 3128\n"
+        f"            visible_hostname {via(name, generation)}\n"
+        "            acl lab src 10.0.0.0/8\n"
+        "            http_access allow localhost\n"
+        "            http_access allow lab\n"
+        "            http_access deny all\n"
+        "            cache deny all\n"
+        "            shutdown_lifetime 1 seconds\n"
+        "            coredump_dir /var/spool/squid\n"
+        "      runcmd:\n"
+        f"        - [systemctl, enable, {unit}]\n"
+        f"        - [systemctl, restart, {unit}]\n"
+        f"  health:\n    probeURL: {probe_url}\n    expectStatus: 204\n    timeoutSeconds: 5\n"
+        f"    replaceAfterSeconds: {REPLACE_AFTER}\n"
+    )
+
+
+def via(name: str, generation: int) -> str:
+    return f"{name}-g{generation}"
+
+
+# -- what the hosts run -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vm:
+    host: str
+    uuid: str
+    state: str
+
+
+def vms(lab: dict[str, Any]) -> dict[str, Vm]:
+    """Every domain of this fleet on the lab hosts (read in their namespaces)."""
+    found = {}
+    for h in lab["hosts"]:
+        for name in virsh(h["name"], "list", "--all", "--name").split():
+            if not name.startswith(PREFIX):
+                continue
+            try:
+                uuid = virsh(h["name"], "domuuid", name).strip()
+                state = virsh(h["name"], "domstate", name).strip()
+            except lab_hosts.LabError:  # deleted between the listing and the look
+                continue
+            found[name] = Vm(h["name"], uuid, state)
+    return found
+
+
+def of_proxy(found: dict[str, Vm], proxy: str) -> list[str]:
+    return sorted(d for d in found if d.startswith(f"{PREFIX}{proxy}-"))
+
+
+def qemu_pid(host: str, domain: str) -> int:
+    for proc in lab_hosts.processes_in_netns(layout(host).netns):
+        if proc.name.startswith("qemu-system") and f"guest={domain}," in proc.cmdline:
+            return proc.pid
+    raise AssertionError(f"no QEMU process of {domain} on {host}")
+
+
+def guest_exec(host: str, domain: str, *argv: str) -> None:
+    """Run ``argv`` in the guest through qemu-guest-agent (guest-exec), as an operator or a
+    fault would, and wait for it to exit 0."""
+    command = {
+        "execute": "guest-exec",
+        "arguments": {"path": argv[0], "arg": list(argv[1:]), "capture-output": True},
+    }
+    started = json.loads(virsh(host, "qemu-agent-command", domain, json.dumps(command)))
+    pid = started["return"]["pid"]
+    status: dict[str, Any] = {}
+
+    def exited() -> bool:
+        nonlocal status
+        query = {"execute": "guest-exec-status", "arguments": {"pid": pid}}
+        status = json.loads(virsh(host, "qemu-agent-command", domain, json.dumps(query)))["return"]
+        return bool(status.get("exited"))
+
+    wait_for(f"{' '.join(argv)} in {domain}", exited, 120, step=1.0)
+    assert status.get("exitcode") == 0, status
+
+
+class Through:
+    """Requests through the squid of each named proxy every ``interval`` s, in a thread."""
+
+    def __init__(self, targets: dict[str, str], url: str, *, interval: float = 2.0) -> None:
+        self.targets = dict(targets)
+        self.url = url
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, tuple[int | None, str]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Through:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            seen = {name: probe_through(ip, self.url) for name, ip in self.targets.items()}
+            self.samples.append((time.time(), seen))
+            self._stop.wait(self.interval)
+
+    def failures(self, generation: int) -> list[str]:
+        """Every sample in which a proxy did not answer 204 with its own ``generation``."""
+        return [
+            f"{time.strftime('%H:%M:%S', time.gmtime(when))} {name}: {status} {header!r}"
+            for when, seen in self.samples
+            for name, (status, header) in seen.items()
+            if status != 204 or via(name, generation) not in header
+        ]
+
+
+# -- the rig ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    lab: dict[str, Any]
+    remote: Remote
+    daemon: DaemonProcess
+    state: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return self.remote.status()
+        except AssertionError:  # no status commit yet
+            return {}
+
+    def proxies(self) -> dict[str, dict[str, Any]]:
+        return {p["name"]: p for p in self.status().get("proxies", [])}
+
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.status().get("conditions", []) if c["type"] == kind), None)
+
+    def all_healthy(self) -> bool:
+        proxies = self.proxies()
+        return all(
+            proxies.get(p, {}).get("health") == "healthy"
+            and self.daemon.health_of(p).get("healthy") == 1.0
+            for p in PROXIES
+        )
+
+    def history(self) -> dict[str, Any]:
+        path = self.state / "history.json"
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def alive(self) -> None:
+        assert self.daemon.alive(), f"the daemon exited:\n{self.daemon.log()[-4000:]}"
+
+    def wait(self, what: str, check: Any, timeout: float = BOOT, step: float = 2.0) -> float:
+        def done() -> bool:
+            self.alive()
+            return bool(check())
+
+        return wait_for(what, done, timeout, step=step)
+
+    def finished_after(self, line: str) -> None:
+        """Wait until the cycle that logged ``line`` has finished."""
+
+        def finished() -> bool:
+            log = self.daemon.log()
+            at = log.find(line)
+            return at >= 0 and "Reconcile finished" in log[at:]
+
+        self.wait(f"the cycle of {line!r} to finish", finished, timeout=REPLACE_TIMEOUT + 600)
+
+    def cycle(self) -> None:
+        """Wait until a cycle that starts after now has finished."""
+        self.alive()
+        started = self.daemon.log().count("Reconcile started")
+        self.wait(
+            "a whole cycle",
+            lambda: self.daemon.log().count("Reconcile finished") > started,
+            timeout=REPLACE_TIMEOUT + 600,
+        )
+
+
+@pytest.fixture(scope="module")
+def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    tmp = tmp_path_factory.mktemp("day2-e2e")
+    bare, work = tmp / "fleet.git", tmp / "operator"
+    git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(tmp, "clone", "-q", str(bare), str(work))
+    git(work, "checkout", "-q", "-b", "main")
+    remote = Remote(bare, work)
+    files: dict[str, str | None] = {"fleet.yaml": fleet_yaml(lab)}
+    for name in PROXIES:
+        files[f"proxies/{name}.yaml"] = proxy_yaml(name, lab["probeUrl"], 1)
+    remote.push("Three proxies in one zone", files)
+
+    (tmp / "hook-secret").write_bytes(SECRET + b"\n")
+    port = free_port()
+    config = tmp / "proxyfleet.yaml"
+    config.write_text(
+        f"repo:\n  url: file://{bare}\n  branch: main\n"
+        f"interval: {INTERVAL}\njitter: 0\n"
+        f'listen: "127.0.0.1:{port}"\n'
+        f"webhook:\n  secretFile: {tmp / 'hook-secret'}\n"
+        f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
+        "log:\n  level: info\n"
+        f"stateDir: {tmp / 'state'}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    daemon = DaemonProcess(config, port, tmp, env)
+    rig = Rig(lab, remote, daemon, tmp / "state")
+    started = time.monotonic()
+    daemon.start()
+    rig.timings["3 proxies healthy"] = rig.wait("three healthy proxies", rig.all_healthy)
+    yield rig
+    for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
+        lab_daemon("start", "probe", h["name"])
+    daemon.stop_now()
+    rig.timings["module"] = time.monotonic() - started
+    print("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in rig.timings.items()))
+    print(f"--- daemon log tail:\n{daemon.log()[-6000:]}")
+
+
+# -- the scenarios, in file order on the same guests --------------------------------------
+
+
+def test_c_a_killed_vm_is_started_again_without_a_commit(rig: Rig) -> None:
+    lab, daemon = rig.lab, rig.daemon
+    head = git(rig.remote.bare, "rev-parse", "main")
+    before = vms(lab)
+    assert sorted(before) == sorted(d for p in PROXIES for d in of_proxy(before, p))
+    assert [len(of_proxy(before, p)) for p in PROXIES] == [1, 1, 1], before
+    assert all(vm.state == "running" for vm in before.values()), before
+    proxy = rig.proxies()["pfh-a"]
+    domain, host = proxy["domain"], proxy["host"]
+    t0 = time.monotonic()
+    pid = qemu_pid(host, domain)
+    os.kill(pid, SIGKILL)
+    # libvirt sees the domain shut off because QEMU crashed (until the daemon starts it).
+    states = []
+    for _ in range(50):
+        states.append(virsh(host, "domstate", "--reason", domain).strip())
+        if states[-1] == "shut off (crashed)":
+            break
+        time.sleep(0.2)
+    print(f"{domain} after SIGKILL: {states}")
+    assert "shut off (crashed)" in states, states
+
+    def serving_again() -> bool:
+        status, header = probe_through(proxy["ip"], lab["probeUrl"])
+        return status == 204 and via("pfh-a", 1) in header
+
+    rig.timings["c: killed -> started"] = rig.wait(
+        "the start of the killed VM",
+        lambda: f"Start of {domain} on {host} succeeded" in daemon.log(),
+        timeout=300,
+    )
+    rig.wait("the killed VM serving again", serving_again)
+    # The cycle that started it checks it until it is healthy; its status is the first to count.
+    rig.finished_after(f"Start of {domain} on {host} succeeded")
+    rig.wait("the status to say healthy", rig.all_healthy, timeout=300)
+    rig.timings["c: killed -> healthy"] = time.monotonic() - t0
+    after = vms(lab)
+    assert after == before, (before, after)  # same domains, same UUIDs, all running
+    assert git(rig.remote.bare, "rev-parse", "main") == head  # no commit did it
+    assert "Replace of" not in daemon.log()
+    assert qemu_pid(host, domain) != pid
+    record = next(v for v in rig.history()["vms"] if v["domain"] == domain)
+    assert len(record["restarts"]) == 1 and record["failingSince"] is None, record
+
+
+def test_e_a_probe_path_broken_for_every_proxy_replaces_nothing(rig: Rig) -> None:
+    lab, daemon = rig.lab, rig.daemon
+    before = vms(lab)
+    ips = {name: p["ip"] for name, p in rig.proxies().items()}
+    t0 = time.monotonic()
+    for h in lab["hosts"]:
+        lab_daemon("stop", "probe", h["name"])
+    assert all(probe_through(ip, lab["probeUrl"])[0] != 204 for ip in ips.values())
+
+    def failing_long_enough() -> bool:
+        records = {v["domain"]: v for v in rig.history().get("vms", [])}
+        since = [records.get(d, {}).get("failingSince") for d in before]
+        if None in since:
+            return False
+        youngest = min(time.time() - _epoch(s) for s in since if s)
+        return youngest > REPLACE_AFTER + 2 * INTERVAL
+
+    rig.wait("every proxy failing past replaceAfterSeconds", failing_long_enough, timeout=600)
+    rig.cycle()  # a whole cycle planned with all three past replaceAfterSeconds
+    suspect = rig.condition("ProbePathSuspect")
+    assert suspect is not None and suspect["status"] == "True", rig.status().get("conditions")
+    assert ZONE in suspect["message"], suspect
+    assert vms(lab) == before, "a proxy was replaced or touched while the probe path was down"
+    assert "Replace of" not in daemon.log()
+    assert all(p["health"] == "unhealthy" for p in rig.proxies().values()), rig.proxies()
+    rig.timings["e: probe down, held"] = time.monotonic() - t0
+
+    for h in lab["hosts"]:
+        lab_daemon("start", "probe", h["name"])
+    rig.wait("every proxy healthy again", rig.all_healthy, timeout=300)
+    rig.wait("ProbePathSuspect gone", lambda: rig.condition("ProbePathSuspect") is None, 120)
+    assert vms(lab) == before
+    assert "Replace of" not in daemon.log()
+    rig.timings["e: total"] = time.monotonic() - t0
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_d_squid_stopped_in_a_guest_gets_that_proxy_replaced(rig: Rig) -> None:
+    lab, daemon = rig.lab, rig.daemon
+    before = vms(lab)
+    proxies = rig.proxies()
+    victim = proxies["pfh-b"]
+    old, host = victim["domain"], victim["host"]
+    others = {n: p["ip"] for n, p in proxies.items() if n != "pfh-b"}
+    domain_samples: list[tuple[float, dict[str, Vm]]] = []
+    sampling = threading.Event()
+
+    def sample_domains() -> None:
+        while not sampling.is_set():
+            with contextlib.suppress(lab_hosts.LabError):
+                domain_samples.append((time.time(), vms(lab)))
+            sampling.wait(2.0)
+
+    sampler = threading.Thread(target=sample_domains, daemon=True)
+    with Through(others, lab["probeUrl"]) as through:
+        sampler.start()
+        stopped = time.time()
+        guest_exec(host, old, "/bin/systemctl", "stop", "squid")
+        assert probe_through(victim["ip"], lab["probeUrl"])[0] != 204
+        rig.wait(
+            "pfh-b replaced",
+            lambda: (
+                of_proxy(vms(lab), "pfh-b") not in ([old], [])
+                and old not in vms(lab)
+                and rig.proxies()["pfh-b"]["domain"] != old
+                and rig.proxies()["pfh-b"]["health"] == "healthy"
+            ),
+        )
+        sampling.set()
+        sampler.join(timeout=60)
+    rig.timings["d: squid stopped -> replaced"] = time.time() - stopped
+    after = vms(lab)
+    new = of_proxy(after, "pfh-b")
+    assert len(new) == 1 and new[0] != old, after
+    new_domain = new[0]
+    # Create before destroy: the new VM existed while the old one still ran.
+    first_new = next(t for t, seen in domain_samples if new_domain in seen)
+    assert any(
+        new_domain in seen and seen.get(old, Vm("", "", "")).state == "running"
+        for _, seen in domain_samples
+    ), "the old VM did not run beside the new one"
+    assert first_new - stopped >= REPLACE_AFTER, (
+        f"replaced {first_new - stopped:.0f} s after squid stopped"
+    )
+    log = daemon.log()
+    assert f"Replace of {old} by {new_domain}" in log, log[-4000:]
+    healthy, deleted = (
+        log.find(f"New VM {new_domain} is healthy"),
+        log.find(f"deleted domain {old}"),
+    )
+    assert 0 <= healthy < deleted, log[-4000:]
+    assert through.samples and through.failures(1) == [], through.failures(1)[:20]
+    status, header = probe_through(rig.proxies()["pfh-b"]["ip"], lab["probeUrl"])
+    assert status == 204 and via("pfh-b", 1) in header, header
+    for name in ("pfh-a", "pfh-c"):
+        assert of_proxy(after, name) == of_proxy(before, name)
+        assert after[of_proxy(after, name)[0]] == before[of_proxy(before, name)[0]]
+    print(f"d: new VM first seen {first_new - stopped:.0f} s after squid stopped")
+
+
+def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
+    rig: Rig,
+) -> None:
+    lab, daemon, remote = rig.lab, rig.daemon, rig.remote
+    before = vms(lab)
+    ips = {n: p["ip"] for n, p in rig.proxies().items()}
+    assert len(before) == 3, before
+    t0 = time.monotonic()
+    with Through(ips, lab["probeUrl"]) as through:
+        remote.push(
+            "Every proxy: a squid unit name with a typo",
+            {f"proxies/{n}.yaml": proxy_yaml(n, lab["probeUrl"], 2, broken=True) for n in PROXIES},
+        )
+        assert daemon.hook() == 202
+        rig.wait(
+            "RolloutHalted",
+            lambda: (rig.condition("RolloutHalted") or {}).get("status") == "True",
+            timeout=REPLACE_TIMEOUT + BOOT,
+        )
+        rig.timings["b: commit -> halted"] = time.monotonic() - t0
+        halted = vms(lab)
+        rig.cycle()  # a cycle of the halted revision plans no further replace
+        rig.cycle()
+        still = vms(lab)
+    new = sorted(set(halted) - set(before))
+    assert len(new) == 1, halted  # batch 1 only
+    broken = new[0]
+    assert broken.startswith(f"{PREFIX}pfh-a-"), broken  # batch order: by proxy name
+    assert set(before) <= set(halted) and set(still) == set(halted), (before, halted, still)
+    condition = rig.condition("RolloutHalted")
+    assert condition is not None and "pfh-a" in condition["message"], condition
+    log = daemon.log()
+    assert "failed its health gate" in log and "Rollout of" in log, log[-4000:]
+    for name in ("pfh-b", "pfh-c"):  # batches 2 and 3 never started
+        assert f"Replace of {rig_old(before, name)}" not in log, log[-4000:]
+    assert through.samples and through.failures(1) == [], through.failures(1)[:20]
+
+    t1 = time.monotonic()
+    git(remote.work, "revert", "--no-edit", "HEAD")
+    git(remote.work, "push", "-q", "origin", "HEAD:main")
+    assert daemon.hook() == 202
+    rig.wait("the broken VM gone", lambda: broken not in vms(lab), timeout=900)
+    rig.wait("every proxy healthy", rig.all_healthy, timeout=300)
+    rig.wait("RolloutHalted gone", lambda: rig.condition("RolloutHalted") is None, 120)
+    rig.timings["b: revert -> recovered"] = time.monotonic() - t1
+    assert vms(lab) == before
+    for name, proxy in rig.proxies().items():
+        status, header = probe_through(proxy["ip"], lab["probeUrl"])
+        assert status == 204 and via(name, 1) in header, (name, header)
+
+
+def rig_old(found: dict[str, Vm], proxy: str) -> str:
+    return of_proxy(found, proxy)[0]
