@@ -116,6 +116,33 @@ def test_when_every_proxy_of_a_zone_fails_at_once_nothing_is_replaced(world: Wor
     assert len(held) == 3 and all("probe path is suspect" in a.reason for a in held)
 
 
+def test_a_heal_whose_new_vm_gets_healthy_after_the_halt_deletes_the_old_vm(
+    world: World,
+) -> None:
+    """Found on the lab under load: a failing proxy's replacement needed longer than the
+    replace timeout, so the rollout halted; the new VM got healthy a minute later, but the
+    old (failing) VM was held for ever, since the halt named the new VM as failing."""
+    _, old = owned(world)["web-2"]
+    served = {ip_of(world, d) for _, d in owned(world).values()} - {ip_of(world, old)}
+    world.prober.healthy_only = served  # web-2's VM fails, and so does its replacement
+    world.cycle()
+    world.time.sleep(901)
+    halted = world.cycle()
+    (outcome,) = halted.outcomes
+    assert isinstance(outcome.action, Replace) and outcome.halts
+    new = outcome.action.domain
+    assert new is not None and vms_of(world, "web-2") == sorted([old, new])
+
+    world.prober.healthy_only = None  # the new VM has finished booting
+    world.cycle()  # its first passing check
+    report = world.cycle()
+
+    assert [(o.action.kind.value, o.action.domain, o.result) for o in report.outcomes] == [
+        ("delete", old, ActionResult.SUCCEEDED)
+    ]
+    assert vms_of(world, "web-2") == [new]
+
+
 def test_a_held_zone_writes_the_same_status_on_every_run(world: World) -> None:
     """Found on the lab: the held replaces' reasons said for how many seconds the probe had
     failed, so every run's status differed and the daemon committed one status per run for

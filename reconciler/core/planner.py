@@ -310,8 +310,13 @@ class _Planner:
         kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
         actions: list[Action] = [self._keep(proxy, made, keeper)]
         halt = self.history.halt
-        failing = self.history.record(keeper.host, keeper.name).failing_since is not None or (
-            halt is not None and (halt.proxy, halt.domain) == (proxy.name, keeper.name)
+        record = self.history.record(keeper.host, keeper.name)
+        # The halted new VM counts as failing only until a check passes (it may just have
+        # needed longer than the replace timeout); then its old VM may go.
+        failing = record.failing_since is not None or (
+            halt is not None
+            and (halt.proxy, halt.domain) == (proxy.name, keeper.name)
+            and not record.healthy_once
         )
         if stale:
             self.in_flight[proxy.placement.zone] += 1
