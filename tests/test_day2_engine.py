@@ -205,3 +205,25 @@ def test_a_rollout_to_a_broken_spec_halts_after_its_first_batch_and_a_revert_rec
         ("delete", ActionResult.SUCCEEDED)
     ]
     assert {p: vms_of(world, p) for p in before} == before
+
+
+def test_a_restarted_vm_is_starting_again_and_its_boot_is_not_a_failing_probe(
+    world: World,
+) -> None:
+    domain = crash(world, "web-3")
+    ip = ip_of(world, domain)
+    world.prober.unhealthy.add(ip)  # booting: squid not up yet
+    report = world.cycle()
+    assert [type(o.action) for o in report.outcomes] == [Start]
+    world.time.sleep(5000)  # far past replaceAfterSeconds, still not answering
+
+    again = world.cycle()
+
+    assert again.outcomes == ()  # not replaced: it never answered since its restart
+    world.prober.unhealthy.discard(ip)
+    world.cycle()  # healthy: from now on its probe is judged
+    world.prober.unhealthy.add(ip)
+    world.cycle()
+    world.time.sleep(901)
+    (outcome,) = world.cycle().outcomes
+    assert isinstance(outcome.action, Replace) and outcome.action.replaces.domain == domain

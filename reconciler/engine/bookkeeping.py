@@ -4,7 +4,8 @@
 revision (a halt of another revision is ignored: a new commit resumes the
 rollout); ``after_run`` folds the run's outcomes and health checks into it:
 
-- a successful start counts as a restart of that VM (the last 20 are kept);
+- a successful start counts as a restart of that VM (the last 20 are kept), and the VM
+  is starting again: its probe is judged once it has passed a check since;
 - a running proxy whose check failed is failing since the first such check,
   one that passed is failing no more and has been healthy once; a proxy whose
   health is unknown (host unreachable, not checked) changes nothing;
@@ -48,7 +49,10 @@ def after_run(
             ref = DomainRef(action.host or "", action.domain or "")
             record = records.get(ref, VmRecord())
             restarts = (*record.restarts, now)[-KEPT_RESTARTS:]
-            records[ref] = dataclasses.replace(record, restarts=restarts)
+            # Started again, it is starting again: its boot is not a failing probe.
+            records[ref] = dataclasses.replace(
+                record, restarts=restarts, failing_since=None, healthy_once=False
+            )
     for proxy in proxies:
         if not proxy.host or not proxy.domain or proxy.health is Health.UNKNOWN:
             continue

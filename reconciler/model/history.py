@@ -22,8 +22,8 @@ class VmRecord:
     failing_since: datetime | None = None
     """When its probe started failing without a break (None: not failing now)."""
     healthy_once: bool = False
-    """It passed a health check at least once: a VM that never did is still starting,
-    and only a rollout's health gate judges it."""
+    """It passed a health check since it was made or last started: until it does it is
+    still starting (booting), and only a rollout's health gate judges it."""
     restarts: tuple[datetime, ...] = ()
     """When proxyfleet started it again (drift: correct), oldest first."""
 
