@@ -167,6 +167,13 @@ def yaml_value(text: str) -> str:
     return text if text.isdigit() else json.dumps(text)
 
 
+def unavailable(text: str, proxies: int) -> int:
+    """``maxUnavailable`` as a count of the zone's proxies (a percentage rounds down)."""
+    if text.endswith("%"):
+        return proxies * int(text[:-1]) // 100
+    return int(text)
+
+
 def names(count: int) -> list[str]:
     return [f"{FLEET}-{i:02d}" for i in range(count)]
 
@@ -403,6 +410,7 @@ def main() -> int:
     result.add("ratio", "x", ratios)
     result.add("old_base_gone", "runs", gone)
     result.add("proxies", "proxies", [args.proxies])
+    result.add("max_unavailable", "proxies", [unavailable(args.max_unavailable, args.proxies)])
     result.note(
         f"{args.proxies} proxies, maxSurge {args.max_surge}, maxUnavailable "
         f"{args.max_unavailable}; warm-up created them all answering in {ready:.0f} s; "
