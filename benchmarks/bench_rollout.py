@@ -414,7 +414,7 @@ def main() -> int:
     result.note(
         f"{args.proxies} proxies, maxSurge {args.max_surge}, maxUnavailable "
         f"{args.max_unavailable}; warm-up created them all answering in {ready:.0f} s; "
-        f"rollout wall {w.text(1)}, least answering {lo.text(0)} of {args.proxies}, "
+        f"rollout wall {w.text(1)}, least answering {lo.low:.0f} of {args.proxies}, "
         f"{b.text(0)}, one VM create-to-healthy (median replace) {v.text(1)}, "
         f"floor {f.text(1)}: ratio {w.median / f.median if f.median else 0:.2f}x; "
         f"old base gone after one more apply in {int(sum(gone))} of {len(gone)} runs"
