@@ -51,6 +51,7 @@ webhook: {secretFile: hook.secret}
 status: {enabled: false, branch: status, path: .status, history: 3, pushAttempts: 5}
 log: {level: debug, format: json}
 concurrency: {perHost: 4}
+replaceTimeoutSeconds: 240
 stateDir: /srv/proxyfleet
 """,
         base=Path("/opt/pf"),
@@ -71,6 +72,7 @@ stateDir: /srv/proxyfleet
     assert not settings.status.enabled and settings.status.history == 3
     assert (settings.log.level, settings.log.format) == ("debug", "json")
     assert settings.concurrency.per_host == 4
+    assert settings.replace_timeout == 240.0
     assert settings.state_dir == Path("/srv/proxyfleet")
 
 

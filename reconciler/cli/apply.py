@@ -172,7 +172,10 @@ def build_engine(
         max_bytes=settings.images.max_bytes,
     )
     prober: Prober = HttpProber()
-    apply = ApplySettings(per_host_concurrency=settings.concurrency.per_host)
+    apply = ApplySettings(
+        per_host_concurrency=settings.concurrency.per_host,
+        replace_timeout=settings.replace_timeout,
+    )
     if getattr(args, "no_wait", False):
         apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
     hosts = host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet)

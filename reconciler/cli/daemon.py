@@ -83,7 +83,10 @@ def build_engine(
             max_bytes=settings.images.max_bytes,
         ),
         prober=prober if prober is not None else HttpProber(),
-        settings=ApplySettings(per_host_concurrency=settings.concurrency.per_host),
+        settings=ApplySettings(
+            per_host_concurrency=settings.concurrency.per_host,
+            replace_timeout=settings.replace_timeout,
+        ),
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),
         guards=guard_settings(settings, settings.state_dir),

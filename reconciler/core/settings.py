@@ -151,6 +151,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         log=LogSettings(
             level=str(log.get("level", "info")), format=str(log.get("format", "logfmt"))
         ),
+        replace_timeout=float(doc.get("replaceTimeoutSeconds", 600)),
         concurrency=ConcurrencySettings(
             per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 4))
         ),

@@ -200,6 +200,8 @@ class DaemonSettings:
     status: StatusSettings = StatusSettings()
     log: LogSettings = LogSettings()
     concurrency: ConcurrencySettings = ConcurrencySettings()
+    replace_timeout: float = 600.0
+    """Seconds a replace's new VM may take to pass its health check (then the rollout halts)."""
     images: ImageSettings = ImageSettings()
     fleet: str | None = None
     """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
