@@ -170,6 +170,14 @@ class LibvirtHost:
         except PermanentError as exc:
             log.debug("host %s: no volumes listed: %s", self.name, exc)
             return (), None
+        # libvirt counts a dir pool's free space at its last refresh (and its own volume
+        # calls): a guest's growing overlay, or any file written beside it, shows only after
+        # one. Without it a full pool still reads as free, so a VM paused on a full pool
+        # would be resumed into the same wall and placement would trust stale room.
+        try:
+            self._session.call("virStoragePoolRefresh", lambda _c: pool.refresh(0))
+        except (PermanentError, TransientError) as exc:  # e.g. an upload running into it
+            log.info("host %s: pool %s not refreshed: %s", self.name, self._host.pool, exc)
         listed = self._session.call(
             "virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0)
         )

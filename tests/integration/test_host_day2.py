@@ -166,6 +166,30 @@ def full_pool(local_conn: Any) -> Any:
         directory.rmdir()
 
 
+def test_observe_sees_a_pool_filled_beside_libvirt(
+    make_host: Callable[..., LibvirtHost], host: Any, full_pool: str, local_conn: Any
+) -> None:
+    """A guest's overlay growing, or any file written into the pool directory, is no libvirt
+    call: libvirt learns of it only at a refresh, which observe therefore asks for."""
+    import dataclasses
+    import xml.etree.ElementTree as ET
+
+    adapter = make_host(dataclasses.replace(host, pool=full_pool))
+    before = adapter.observe().capacity
+    assert before is not None and before.pool_available_bytes > 1536 * 2**10
+    pool_xml = local_conn.storagePoolLookupByName(full_pool).XMLDesc(0)
+    directory = Path(ET.fromstring(pool_xml).findtext("target/path") or "")
+    (directory / "filler").write_bytes(b"\0" * 1536 * 2**10)
+
+    after = adapter.observe().capacity
+
+    assert after is not None
+    assert after.pool_available_bytes <= before.pool_available_bytes - 1536 * 2**10, (
+        before,
+        after,
+    )
+
+
 def test_an_upload_into_a_full_pool_fails_at_once_naming_the_pool_and_its_free_space(
     make_host: Callable[..., LibvirtHost], host: Any, full_pool: str, tmp_path: Path
 ) -> None:

@@ -79,6 +79,7 @@ def test_observe_reads_each_domain_once_by_its_metadata_and_finds_owned_and_fore
     assert dict(calls) == {
         "virConnectOpen": 1,
         "virStoragePoolLookupByName": 1,
+        "virStoragePoolRefresh": 1,
         "virStoragePoolListAllVolumes": 1,
         "virStoragePoolGetInfo": 1,
         "virNodeGetInfo": 1,
