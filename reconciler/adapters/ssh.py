@@ -21,8 +21,10 @@ refuses with "Connect failed" both when forwarding is off
 (``AllowStreamLocalForwarding no``, and also ``AllowTcpForwarding no``, which
 empties its permitted-open list) and when the socket is missing (libvirtd
 stopped or restarting), so a refusal is told apart by asking the host whether
-the socket exists (``test -S``): missing is a TransientError that keeps
-streamlocal, present means forwarding is refused and the helper is used.
+the socket exists (``test -S``) and whether anything listens on it
+(``/proc/net/unix``): missing, or a file left by a killed libvirtd, is a
+TransientError that keeps streamlocal; a listening socket means forwarding is
+refused and the helper is used.
 Nothing runs on the hypervisor but sshd and libvirt.
 
 ``SocketBridge`` exposes such channels as a local unix socket in a private
@@ -310,14 +312,17 @@ class SshConnection:
             except paramiko.ChannelException as exc:
                 # OpenSSH answers "Connect failed" both when forwarding is off and
                 # when the socket is missing: ask the host which one it is.
-                if socket_exists(transport, self._host.socket, timeout=timeout) is False:
+                state = socket_state(transport, self._host.socket, timeout=timeout)
+                if state in (SOCKET_MISSING, SOCKET_STALE):
+                    what = "is missing" if state == SOCKET_MISSING else "has no listener"
                     raise TransientError(
-                        f"libvirt's socket {self._host.socket} is missing on {self.name} "
+                        f"libvirt's socket {self._host.socket} {what} on {self.name} "
                         "(libvirtd stopped or restarting)",
                         host=self._host.name,
                     ) from exc
                 log.info(
-                    "sshd on %s refuses unix socket forwarding to %s (%s; the socket exists); "
+                    "sshd on %s refuses unix socket forwarding to %s (%s; the socket exists "
+                    "and listens); "
                     "using %s for %.0f s",
                     self.name,
                     self._host.socket,
@@ -340,32 +345,60 @@ class SshConnection:
         return channel
 
 
-def socket_exists(transport: paramiko.Transport, path: str, *, timeout: float) -> bool | None:
-    """Whether a unix socket exists at ``path`` on the host (``test -S``); None when the
-    host does not say (no shell, a forced command, no answer in time)."""
-    return remote_test(transport, "-S", path, timeout=timeout)
-
-
 def remote_test(
     transport: paramiko.Transport, flag: str, path: str, *, timeout: float
 ) -> bool | None:
     """``test <flag> <path>`` on the host over an exec channel: True, False, or None when
     the host does not say (no shell, a forced command, no answer in time)."""
-    quoted = f"{shlex.quote(flag)} {shlex.quote(path)}"
+    status = remote_exit(transport, f"test {shlex.quote(flag)} {shlex.quote(path)}", timeout)
+    return {0: True, 1: False}.get(status) if status is not None else None
+
+
+SOCKET_LISTENING, SOCKET_MISSING, SOCKET_STALE = "listening", "missing", "stale"
+_LISTENING_FLAG = "00010000"  # __SO_ACCEPTCON in /proc/net/unix: a socket that listens
+
+
+def socket_state(transport: paramiko.Transport, path: str, *, timeout: float) -> str | None:
+    """What is at ``path`` on the host: ``SOCKET_MISSING`` (no unix socket there),
+    ``SOCKET_STALE`` (a socket file nobody listens on, as a killed libvirtd leaves it; told
+    by /proc/net/unix, which lists the listening sockets of sshd's network namespace) or
+    ``SOCKET_LISTENING`` (also when the host cannot say more than that the file is a socket:
+    no /proc/net/unix). None when the host does not answer (no shell, a forced command, no
+    answer in time)."""
+    quoted = shlex.quote(path)
+    # /proc/net/unix names a socket by the path it was bound to, which may differ from
+    # ``path`` by links (/var/run -> /run): the listening sockets of the same file name are
+    # resolved and compared. Exit 0 listening, 1 missing, 3 stale.
+    name = shlex.quote(path.rstrip("/").rsplit("/", 1)[-1])
+    command = (
+        f"test -S {quoted} || exit 1; test -r /proc/net/unix || exit 0; "
+        f"p=$(readlink -f {quoted}) || exit 0; "
+        f"awk -v b={name} "
+        f'\'$4 == "{_LISTENING_FLAG}" {{ n = split($NF, c, "/"); if (c[n] == b) print $NF }}\' '
+        "/proc/net/unix | "
+        '{ while read -r s; do [ "$(readlink -f "$s")" = "$p" ] && exit 0; done; exit 3; }'
+    )
+    status = remote_exit(transport, command, timeout)
+    states = {0: SOCKET_LISTENING, 1: SOCKET_MISSING, 3: SOCKET_STALE}
+    return states.get(status) if status is not None else None
+
+
+def remote_exit(transport: paramiko.Transport, command: str, timeout: float) -> int | None:
+    """The exit status of ``command`` run on the host over an exec channel; None when the
+    host does not say (no shell, a forced command, no answer in time)."""
     try:
         channel = transport.open_session(timeout=timeout)
     except (paramiko.SSHException, OSError, EOFError):
         return None
     try:
-        channel.exec_command(f"test {quoted}")
+        channel.exec_command(command)
         if not channel.status_event.wait(timeout):
             return None
-        status = channel.recv_exit_status()
+        return int(channel.recv_exit_status())
     except (paramiko.SSHException, OSError, EOFError):
         return None
     finally:
         channel.close()
-    return {0: True, 1: False}.get(status)
 
 
 def open_streamlocal(

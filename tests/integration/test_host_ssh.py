@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -210,4 +211,23 @@ def test_a_missing_libvirt_socket_is_transient_and_never_switches_to_the_helper(
 
     assert "is missing on" in str(raised.value)
     assert "libvirtd stopped or restarting" in str(raised.value)
+    assert adapter.session.via == "streamlocal"
+
+
+def test_a_libvirt_socket_nobody_listens_on_is_transient_and_never_switches_to_the_helper(
+    make_host: Callable[..., LibvirtHost], host: Host, tmp_path: Path
+) -> None:
+    # What a killed libvirtd leaves behind (and a restart until the new one listens): the
+    # socket file is there, nothing accepts on it, sshd says "Connect failed". The helper
+    # would reach the real libvirtd and hide it; this is no refused forwarding either.
+    stale = tmp_path / "stale-sock"
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(str(stale))
+    assert stale.is_socket()
+    adapter = make_host(replace(host, socket=str(stale)))
+
+    with pytest.raises(TransientError) as raised:
+        adapter.observe()
+
+    assert f"{stale} has no listener on" in str(raised.value)
     assert adapter.session.via == "streamlocal"
