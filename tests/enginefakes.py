@@ -36,6 +36,7 @@ from reconciler.model import (
     Repo,
 )
 from reconciler.model.fleet import Health
+from reconciler.model.inventory import Capacity
 from reconciler.model.plan import NewVm
 from reconciler.model.report import RunReport
 from reconciler.model.settings import ApplySettings
@@ -165,6 +166,7 @@ class LocalFakeHost:
         self.on_call: Callable[[str, str], None] | None = None
         self.auto_ip = True
         self._next_ip = 10
+        self.capacity: Capacity | None = None
 
     @property
     def name(self) -> str:
@@ -198,7 +200,9 @@ class LocalFakeHost:
             raise self.observe_error
         with self._lock:
             domains = tuple(sorted(self.domains.values(), key=lambda d: d.name))
-        return HostInventory(name=self._name, reachable=True, domains=domains)
+        return HostInventory(
+            name=self._name, reachable=True, domains=domains, capacity=self.capacity
+        )
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
         self._mutate("ensure_image", image.key)

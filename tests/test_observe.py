@@ -12,6 +12,7 @@ from reconciler.engine.observe import observe
 from reconciler.engine.pool import HostPool
 from reconciler.errors import TransientError
 from reconciler.model import Domain, DomainState, Fleet, Host, Owner
+from reconciler.model.inventory import Capacity
 
 
 def fleet_of(*names: str) -> Fleet:
@@ -90,3 +91,14 @@ def test_the_pool_reconnects_a_host_whose_entry_changed() -> None:
     assert [h.port for h in made] == [22, 2222]
     pool.close()
     assert second.closed  # type: ignore[attr-defined]
+
+
+def test_a_hosts_capacity_reaches_the_inventory_the_planner_gets() -> None:
+    # Dropped here, placement never saw a host's room and put VMs on a full pool.
+    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
+    room = Capacity(cpus=8, memory_mib=16384, pool_capacity_bytes=10, pool_available_bytes=3)
+    hosts["kvm01"].capacity = room
+
+    seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=5)
+
+    assert [h.capacity for h in seen.inventory.hosts] == [room, None]

@@ -93,7 +93,13 @@ def _read_one(name: str, hypervisor: Hypervisor) -> HostInventory:
         return HostInventory(name=name, reachable=False, error=error)
     if not found.reachable:
         return HostInventory(name=name, reachable=False, error=found.error or "unreachable")
-    return HostInventory(name=name, reachable=True, domains=found.domains, volumes=found.volumes)
+    return HostInventory(
+        name=name,
+        reachable=True,
+        domains=found.domains,
+        volumes=found.volumes,
+        capacity=found.capacity,
+    )
 
 
 def _status(fleet: Fleet, inventory: HostInventory) -> HostStatus:
