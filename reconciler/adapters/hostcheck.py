@@ -9,6 +9,7 @@ Each item is checked on its own, so one failure does not hide the others.
 
 from __future__ import annotations
 
+import contextlib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,6 +98,9 @@ def check_host(
 
     def pool() -> str:
         handle = images.pool()
+        with contextlib.suppress(HostError):  # an inactive pool refuses; info says so below
+            # libvirt counts free space at the last refresh: files written since do not show.
+            session.call("virStoragePoolRefresh", lambda _c: handle.refresh(0), pool=host.pool)
         state, capacity, _allocation, available = session.call(
             "virStoragePoolGetInfo", lambda _c: handle.info(), pool=host.pool
         )

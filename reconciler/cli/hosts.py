@@ -103,10 +103,13 @@ def largest_vm(repo: Repo) -> Need:
         return Need()
     disk = max(machines, key=lambda m: (m.disk_gib, m.memory_mib))
     memory = max(machines, key=lambda m: (m.memory_mib, m.disk_gib))
+    # As placement counts it: a thin overlay's disk over policy.overcommit.disk.
+    ratio = repo.fleet.policy.overcommit.disk
+    counted = f" at overcommit {ratio:g}" if ratio != 1 else ""
     return Need(
-        disk_bytes=disk.disk_gib * 2**30,
+        disk_bytes=int(disk.disk_gib * 2**30 / ratio),
         memory_mib=memory.memory_mib,
-        what=f"the largest machine type ({disk.key}: {disk.disk_gib} GiB disk; "
+        what=f"the largest machine type ({disk.key}: {disk.disk_gib} GiB disk{counted}; "
         f"{memory.key}: {memory.memory_mib} MiB)",
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hostservices import BlankImage, SshKeys
@@ -182,3 +183,31 @@ def test_without_the_interface_driver_a_bridge_is_checked_in_sysfs_and_a_missing
     )
     assert "bridge 'nosuchbr0' does not exist on the host" in str(missing.value)
     assert "bridge 'lo' does not exist" in str(not_a_bridge.value)
+
+
+def test_hosts_check_counts_the_largest_disk_at_the_fleets_disk_overcommit_as_placement_does(
+    host: Host,
+    ssh_keys: SshKeys,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    local_conn: Any,
+) -> None:
+    # A machine type whose disk is 4x the pool's free space: too big at overcommit 1, and
+    # placement puts it there at overcommit 8 (thin overlays), so hosts check must agree.
+    local_conn.storagePoolLookupByName(host.pool).refresh(0)
+    free_gib = local_conn.storagePoolLookupByName(host.pool).info()[3] / 2**30
+    big = max(2, int(free_gib * 4))
+    repo = fleet_repo(tmp_path / "repo", host)
+    fleet = repo / "fleet.yaml"
+    fleet.write_text(
+        fleet.read_text().replace("      diskGiB: 1\n", f"      diskGiB: {big}\n")
+        + "  policy:\n    overcommit:\n      disk: 8\n"
+    )
+    args = ["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name]
+
+    assert main(args) == 0, capsys.readouterr().out
+    fleet.write_text(fleet.read_text().replace("      disk: 8\n", "      disk: 1\n"))
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert f"needs {big:.1f} GiB for one VM of the largest machine type (tiny: {big} GiB" in out
