@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from enginefakes import FakeProber, FakeTime, LocalFakeHost
 
 from reconciler.engine.check import check_vm
@@ -52,6 +55,31 @@ def test_a_transient_address_error_is_waited_out() -> None:
 
     assert result.health is Health.HEALTHY
     assert clock.sleeps == [5, 5]
+
+
+def test_each_transient_address_error_of_a_wait_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    # The wait keeps only the last detail: what the host said meanwhile (libvirt's socket
+    # missing while libvirtd restarts) must still be in the log.
+    host = host_with("vm", "192.0.2.1")
+    missing = TransientError("libvirt's socket /run/x is missing on kvm01", host="kvm01")
+    host.failures[("addresses", "vm")] = [missing, TransientError("agent not ready")]
+    clock = FakeTime()
+
+    with caplog.at_level(logging.DEBUG, logger="reconciler.engine.check"):
+        result = check_vm(
+            host,
+            "vm",
+            ProbeSettings(),
+            FakeProber(),
+            wait=60,
+            settings=SETTINGS,
+            runtime=clock.runtime(),
+        )
+
+    assert result.health is Health.HEALTHY
+    said = [r.getMessage() for r in caplog.records]
+    assert any("vm on kvm01" in m and "socket /run/x is missing" in m for m in said), said
+    assert any("agent not ready" in m for m in said), said
 
 
 def test_a_permanent_address_error_ends_the_wait_at_once() -> None:

@@ -91,6 +91,11 @@ def _look_once(
     except NotFoundError:
         return VmHealth(detail=f"domain {domain} not found on host {host.name}", found=False), True
     except TransientError as exc:
+        # Said in the log too: a wait that only keeps the last detail would hide what the
+        # host answered meanwhile (libvirtd restarting, a link that dropped).
+        log.debug(
+            "Reading the addresses of %s on %s failed, looking again: %s", domain, host.name, exc
+        )
         return VmHealth(detail=f"could not read its addresses: {exc}"), False
     except HostError as exc:
         return VmHealth(detail=f"could not read its addresses: {exc}"), True
