@@ -261,10 +261,12 @@ def test_a_libvirtd_restart_keeps_streamlocal(fleet: Fleet) -> None:
     assert later, applied.log[-4000:]
     assert any(msg.startswith("rpc=virConnectOpen") and "via=streamlocal" in msg for msg in later)
     check = fleet.cli("hosts", "check", "--json", "--host", fleet.roomy)
-    assert check.returncode == 0, check.stdout + check.stderr
+    # Only the SSH item is this scenario's: the capacity item reads the machine's free
+    # memory at that moment, which the other labs on this machine move (once 249 MiB).
+    assert check.returncode in (0, 2), check.stdout + check.stderr
     reports = {r["host"]: r for r in json.loads(check.stdout)}
     ssh = next(i for i in reports[fleet.roomy]["items"] if i["name"] == "ssh")
-    assert ssh["detail"].endswith("via streamlocal"), ssh
+    assert ssh["ok"] and ssh["detail"].endswith("via streamlocal"), ssh
 
 
 def test_a_vm_paused_by_a_full_pool_is_reported_then_resumed_and_healthy(fleet: Fleet) -> None:
