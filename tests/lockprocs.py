@@ -107,11 +107,12 @@ class DaemonProc:
             self.proc.send_signal(sig)
 
     def kill(self) -> float:
-        """SIGKILL; returns the moment it was sent (time.time())."""
-        when = time.time()
+        """SIGKILL; returns the moment the process was gone (time.time()). A mutation it
+        logged between the signal's sending and its delivery is still the old leader's, made
+        while it held the lock: only later ones would be a second actor."""
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
-        return when
+        return time.time()
 
     def stop(self) -> None:
         if self.alive():
