@@ -163,7 +163,10 @@ def test_a_leader_killed_mid_create_is_replaced_by_the_standby_and_the_fleet_con
     assert pair.leaks() == [], pair.leaks()
 
     # The new leader goes on acting: the manifest removed, the VM and its files are gone.
-    pair.remote.push(f"Remove {PROXY}", {f"proxies/{PROXY}.yaml": None})
+    # Removing the only proxy is a 100 % shrink: the commit acknowledges it
+    # (policy.maxShrinkPercent), as test_e2e_daemon does.
+    acknowledged = our_fleet_yaml() + "    acknowledgeShrinkTo: 0\n"
+    pair.remote.push(f"Remove {PROXY}", {f"proxies/{PROXY}.yaml": None, "fleet.yaml": acknowledged})
     assert second.hook() == 202
     converge(second, "the delete", lambda: pair.ours() == [])
     assert pair.leaks() == [], pair.leaks()
