@@ -192,6 +192,7 @@ class _Planner:
         self.volumes: dict[str, tuple[str, ...]] = {}  # reachable host in fleet.yaml -> volumes
         self.fleets: dict[str, set[str]] = defaultdict(set)  # host -> other fleets' ids seen
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
+        self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
         self.room = Room(inventory, self.policy.overcommit)
         self._observe(inventory)
         self.suspect = suspect_zones(self._kept_running(), history)
@@ -298,9 +299,14 @@ class _Planner:
         return _Made(image, machine_type)
 
     def _digest(self, proxy: Proxy, made: _Made, host: str) -> str:
-        return proxy_digest(
-            proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
-        )
+        """The digest of ``proxy`` on ``host``, computed once per plan: the probe-path guard,
+        the proxy's own rules, name clashes and cleanups all ask for it."""
+        key = (proxy.name, host)
+        if key not in self.digests:
+            self.digests[key] = proxy_digest(
+                proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
+            )
+        return self.digests[key]
 
     def _settle(
         self, proxy: Proxy, made: _Made, current: list[_Vm], stale: list[_Vm]
