@@ -20,8 +20,8 @@ import libvirt
 from reconciler.errors import HostError, PermanentError
 
 if TYPE_CHECKING:
-    from reconciler.adapters.baseimage import BaseImages
-    from reconciler.adapters.libvirtrpc import LibvirtSession
+    from reconciler.adapters.hypervisor.baseimage import BaseImages
+    from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import libvirt
 
-from reconciler.adapters.ssh import SocketBridge, SshConnection
+from reconciler.adapters.hypervisor.ssh import SocketBridge, SshConnection
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings

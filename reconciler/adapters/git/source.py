@@ -1,7 +1,7 @@
 """The source seam: where the engine gets the fleet repo's files and revision.
 
-``GitSource`` (reconciler.adapters.gitsource) is the real thing; ``FakeSource``
-(reconciler.adapters.fakesource) hands out a fixed directory to unit tests.
+``GitSource`` (reconciler.adapters.git.gitsource) is the real thing; ``FakeSource``
+(reconciler.adapters.git.fakesource) hands out a fixed directory to unit tests.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.core import crossref, repofiles
-from reconciler.core.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
-from reconciler.core.schemacheck import SCHEMA_FILES, check, did_you_mean
-from reconciler.core.yamlload import Document, FieldPath, load_documents
+from reconciler.core.load import crossref, repofiles
+from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
+from reconciler.core.load.schemacheck import SCHEMA_FILES, check, did_you_mean
+from reconciler.core.load.yamlload import Document, FieldPath, load_documents
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import (
     Amount,

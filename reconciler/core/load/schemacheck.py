@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
-from reconciler.core.yamlload import Document, FieldPath, Mark, format_path
+from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
 from reconciler.errors import Problem
 
 SCHEMA_FILES = {"Fleet": "fleet.schema.json", "Proxy": "proxy.schema.json"}

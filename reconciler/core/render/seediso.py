@@ -7,7 +7,7 @@ file at all (a test holds that with an audit hook).
 
 ``user-data`` is the manifest's string encoded as UTF-8, nothing more: never
 parsed, merged or re-rendered. What goes into ``vendor-data`` is decided in
-reconciler.core.guestagent.
+reconciler.core.render.guestagent.
 
 pycdlib stamps the build time into the volume descriptors, so two builds of
 the same spec differ in a few bytes; the files inside are identical.
@@ -20,7 +20,7 @@ import json
 
 import pycdlib
 
-from reconciler.core.guestagent import vendor_data
+from reconciler.core.render.guestagent import vendor_data
 from reconciler.model.vm import VmSpec
 
 VOLUME_LABEL = "cidata"

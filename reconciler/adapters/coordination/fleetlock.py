@@ -1,10 +1,10 @@
 """The fleet lock seam: one actor per fleet, whoever and wherever it runs.
 
 Every path that mutates a fleet (a daemon cycle, ``proxyfleet apply``) holds
-the fleet's lock first. ``ToozLocks`` (reconciler.adapters.toozlock) is the
+the fleet's lock first. ``ToozLocks`` (reconciler.adapters.coordination.toozlock) is the
 real thing, over tooz: a file lock in the state dir by default, etcd or
 ZooKeeper for several management boxes. ``FakeLocks``
-(reconciler.adapters.fakelock) is an in-memory stand-in for unit tests.
+(reconciler.adapters.coordination.fakelock) is an in-memory stand-in for unit tests.
 
 Costs are noted per method: "round trips" are requests to the coordination
 service (none for the file backend, which is a local ``flock``).

@@ -1,6 +1,6 @@
 """``FakeHypervisor``: an in-memory Hypervisor for the executor's unit tests (and nothing else).
 
-It keeps the rules of the real adapter (reconciler.adapters.libvirthost), so a
+It keeps the rules of the real adapter (reconciler.adapters.hypervisor.libvirthost), so a
 test against the fake means the same thing against a host:
 
 - ``create`` is idempotent (an existing domain is only started) and needs the

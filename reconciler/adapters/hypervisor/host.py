@@ -1,7 +1,7 @@
 """The hypervisor seam: what the engine needs from one libvirt host.
 
-``LibvirtHost`` (reconciler.adapters.libvirthost) is the real thing, over SSH;
-``FakeHypervisor`` (reconciler.adapters.fakehost) is an in-memory stand-in
+``LibvirtHost`` (reconciler.adapters.hypervisor.libvirthost) is the real thing, over SSH;
+``FakeHypervisor`` (reconciler.adapters.hypervisor.fakehost) is an in-memory stand-in
 for unit tests of the executor and nothing else.
 
 Every method raises only ``reconciler.errors.HostError`` subclasses, already

@@ -16,9 +16,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
-from reconciler.core import durations
-from reconciler.core.schemacheck import did_you_mean
-from reconciler.core.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.core.load import durations
+from reconciler.core.load.schemacheck import did_you_mean
+from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
     ConcurrencySettings,

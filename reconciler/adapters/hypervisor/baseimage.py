@@ -35,8 +35,8 @@ from typing import IO, Any
 
 import libvirt
 
-from reconciler.adapters.libvirtrpc import Deadline, LibvirtSession
-from reconciler.core.domainxml import plain_volume_xml
+from reconciler.adapters.hypervisor.libvirtrpc import Deadline, LibvirtSession
+from reconciler.core.render.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image
 from reconciler.model.vm import base_marker_name, base_volume_name

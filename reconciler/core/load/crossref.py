@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from reconciler.core import naming
-from reconciler.core.schemacheck import did_you_mean
-from reconciler.core.yamlload import Document, FieldPath, format_path
+from reconciler.core.load.schemacheck import did_you_mean
+from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import Problem
 from reconciler.model.fleet import Host
 

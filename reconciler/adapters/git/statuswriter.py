@@ -21,9 +21,9 @@ from git.exc import GitCommandError, GitError
 from git.objects import Blob
 from gitdb import IStream  # type: ignore[import-untyped]
 
-from reconciler.adapters.gitsource import git_environment, git_message, open_or_init, redact
-from reconciler.core import statusdoc
-from reconciler.core.statusmd import render_markdown
+from reconciler.adapters.git.gitsource import git_environment, git_message, open_or_init, redact
+from reconciler.core.status import statusdoc
+from reconciler.core.status.statusmd import render_markdown
 from reconciler.model.report import RunReport
 from reconciler.model.settings import RepoSettings, StatusSettings
 

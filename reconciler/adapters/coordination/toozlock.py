@@ -48,7 +48,7 @@ from typing import Any
 from etcd3gw.exceptions import Etcd3Exception
 from tooz import ToozError, coordination
 
-from reconciler.adapters.fleetlock import FleetLock, Holder, utc_now
+from reconciler.adapters.coordination.fleetlock import FleetLock, Holder, utc_now
 from reconciler.errors import CoordinationError
 
 log = logging.getLogger(__name__)

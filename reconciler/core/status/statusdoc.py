@@ -16,7 +16,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from reconciler.core.yamlload import load_documents
+from reconciler.core.load.yamlload import load_documents
 from reconciler.model.plan import ActionKind, Blocked
 from reconciler.model.report import ActionResult, RunReport, RunResult
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.adapters.source import Checkout
+from reconciler.adapters.git.source import Checkout
 from reconciler.errors import SourceError
 
 

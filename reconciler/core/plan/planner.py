@@ -9,7 +9,7 @@ Volumes named exactly as this fleet's VMs (``<domain>.qcow2``,
 ``<domain>-seed.iso``) that no domain on their host uses and that no proxy of
 the repo would use there get a cleanup: a create killed before its define
 leaves them behind. Base images that no image of fleet.yaml and no VM of this
-fleet on their host needs get a cleanup too (``domain`` None; reconciler.core.bases).
+fleet on their host needs get a cleanup too (``domain`` None; reconciler.core.plan.bases).
 The day-2 rules (``core.healing``: crashed VMs, hand edits, failing probes)
 need what earlier runs saw and the time: ``history``. Every replace, whatever
 caused it, is paced into batches per zone or held while a rollout is halted
@@ -33,17 +33,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from reconciler.core.bases import unused_bases
-from reconciler.core.capacity import GIB, Room
-from reconciler.core.digest import proxy_digest
-from reconciler.core.healing import Cure, judge, suspect_zones
 from reconciler.core.naming import (
     MAX_DOMAIN_NAME,
     domain_name,
     resolve_image,
     volume_domain,
 )
-from reconciler.core.rollout import pace
+from reconciler.core.plan.bases import unused_bases
+from reconciler.core.plan.capacity import GIB, Room
+from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.healing import Cure, judge, suspect_zones
+from reconciler.core.plan.rollout import pace
 from reconciler.model import (
     ActionKind,
     Domain,

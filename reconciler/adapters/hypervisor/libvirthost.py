@@ -24,19 +24,19 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.baseimage import BaseImages, FileOpener, xml_of
-from reconciler.adapters.hostcheck import HostReport, Need, check_host
-from reconciler.adapters.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
-from reconciler.adapters.unusedvolumes import remove_unused, remove_unused_base
-from reconciler.core.domainxml import domain_xml, overlay_volume_xml
-from reconciler.core.metadata import (
+from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
+from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
+from reconciler.adapters.hypervisor.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
+from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
+from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
+from reconciler.core.render.metadata import (
     NAMESPACE,
     PREFIX,
     owner_from_domain_xml,
     owner_xml,
     parse_owner,
 )
-from reconciler.core.seediso import seed_iso
+from reconciler.core.render.seediso import seed_iso
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
 from reconciler.model.inventory import Capacity
@@ -329,7 +329,7 @@ class LibvirtHost:
     def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
         """Delete ``volumes`` of ``domain``, a domain that must not exist; returns those deleted.
 
-        Confirmed on the host right before deleting (reconciler.adapters.unusedvolumes):
+        Confirmed on the host right before deleting (reconciler.adapters.hypervisor.unusedvolumes):
         only ``domain``'s overlay and seed names are accepted, no domain of that
         name exists, and no domain's disk points at any of the volumes. Any
         doubt is a PermanentError and nothing is deleted. A volume already gone
@@ -344,7 +344,7 @@ class LibvirtHost:
 
     def remove_unused_base(self, base: str) -> tuple[str, ...]:
         """Delete ``base`` and its marker unless a domain's disk chain names it
-        (reconciler.adapters.unusedvolumes); empty when it is still in use."""
+        (reconciler.adapters.hypervisor.unusedvolumes); empty when it is still in use."""
         return remove_unused_base(self._session, self._images, base)
 
     def addresses(self, domain: str) -> tuple[str, ...]:

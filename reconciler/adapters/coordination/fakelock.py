@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from reconciler.adapters.fleetlock import FleetLock, Holder, utc_now
+from reconciler.adapters.coordination.fleetlock import FleetLock, Holder, utc_now
 from reconciler.errors import CoordinationError
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from reconciler.core.metadata import owner_element
+from reconciler.core.render.metadata import owner_element
 from reconciler.errors import PermanentError
 from reconciler.model.fleet import Firmware, Host
 from reconciler.model.vm import VmSpec

@@ -18,7 +18,7 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError, GitError, InvalidGitRepositoryError, NoSuchPathError
 
-from reconciler.adapters.source import Checkout
+from reconciler.adapters.git.source import Checkout
 from reconciler.errors import SourceError
 from reconciler.model.settings import RepoSettings
 
