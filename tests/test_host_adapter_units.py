@@ -11,18 +11,19 @@ import libvirt
 import paramiko
 import pytest
 
+from reconciler.adapters.hypervisor.addresses import usable_ipv4
 from reconciler.adapters.hypervisor.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.libvirthost import LibvirtHost, usable_ipv4
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.adapters.hypervisor.libvirtrpc import classify, code_name
 from reconciler.adapters.hypervisor.ssh import (
-    SocketBridge,
     SshConnection,
     check_host_key,
     fingerprint,
     known_hosts_name,
     load_private_key,
 )
+from reconciler.adapters.hypervisor.sshbridge import SocketBridge
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostNetwork, Image
 from reconciler.model.settings import SshSettings

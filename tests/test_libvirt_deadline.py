@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from reconciler.adapters.hypervisor.libvirtrpc import Deadline, _Watchdog
+from reconciler.adapters.hypervisor.deadline import Deadline, Watchdog
 
 
 class Expiry:
@@ -28,7 +28,7 @@ class Expiry:
 
 def test_an_armed_deadline_fires_once_after_its_seconds() -> None:
     expire = Expiry()
-    deadline = Deadline(0.05, expire, watchdog=_Watchdog())
+    deadline = Deadline(0.05, expire, watchdog=Watchdog())
     armed_at = time.monotonic()
     deadline.arm()
     assert expire.fired.wait(5)
@@ -40,7 +40,7 @@ def test_an_armed_deadline_fires_once_after_its_seconds() -> None:
 
 def test_a_cancelled_deadline_never_fires() -> None:
     expire = Expiry()
-    deadline = Deadline(0.05, expire, watchdog=_Watchdog())
+    deadline = Deadline(0.05, expire, watchdog=Watchdog())
     deadline.arm()
     deadline.cancel()
     assert not expire.fired.wait(0.3)
@@ -49,7 +49,7 @@ def test_a_cancelled_deadline_never_fires() -> None:
 
 def test_rearming_on_progress_postpones_the_expiry() -> None:
     expire = Expiry()
-    deadline = Deadline(0.2, expire, watchdog=_Watchdog())
+    deadline = Deadline(0.2, expire, watchdog=Watchdog())
     started = time.monotonic()
     deadline.arm()
     while time.monotonic() - started < 0.5:  # progress every 50 ms for 0.5 s
@@ -60,7 +60,7 @@ def test_rearming_on_progress_postpones_the_expiry() -> None:
 
 
 def test_an_earlier_deadline_wakes_a_watchdog_sleeping_towards_a_later_one() -> None:
-    watchdog = _Watchdog()
+    watchdog = Watchdog()
     late_expire = Expiry()
     early_expire = Expiry()
     late = Deadline(30, late_expire, watchdog=watchdog)
@@ -74,7 +74,7 @@ def test_an_earlier_deadline_wakes_a_watchdog_sleeping_towards_a_later_one() -> 
 
 
 def test_many_calls_share_one_watchdog_thread() -> None:
-    watchdog = _Watchdog()
+    watchdog = Watchdog()
     before = threading.active_count()
     armed = [Deadline(60, lambda: None, watchdog=watchdog) for _ in range(200)]
     for deadline in armed:
@@ -87,7 +87,7 @@ def test_many_calls_share_one_watchdog_thread() -> None:
 def test_a_failing_expiry_is_logged_and_later_deadlines_still_fire(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    watchdog = _Watchdog()
+    watchdog = Watchdog()
     expire = Expiry()
 
     def broken() -> None:

@@ -34,7 +34,8 @@ from reconciler.cli.common import (
     observe_live,
 )
 from reconciler.core.load.inventory import load_inventory
-from reconciler.core.plan.planner import UP_TO_DATE, plan
+from reconciler.core.plan.keep import UP_TO_DATE
+from reconciler.core.plan.planner import plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
 from reconciler.model.plan import Blocked, Cleanup, Replace, blocked_kind, replaced

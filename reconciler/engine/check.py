@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.core.plan.planner import UP_TO_DATE
+from reconciler.core.plan.keep import UP_TO_DATE
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet

@@ -25,9 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import queue
 import threading
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +33,8 @@ from typing import IO, Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.libvirtrpc import Deadline, LibvirtSession
+from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.uploadstream import CHUNK, stream_up
 from reconciler.core.render.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image
@@ -43,11 +42,6 @@ from reconciler.model.vm import base_marker_name, base_volume_name
 
 log = logging.getLogger("reconciler.image")
 
-CHUNK = 256 * 1024
-"""Read and send size of an upload: libvirt's own stream buffer size. Larger messages cost
-both this process and libvirtd page faults for every fresh buffer (benchmarks, row 3)."""
-PROGRESS_SECONDS = 5.0
-HASH_QUEUE = 16
 FileOpener = Callable[[Path], IO[bytes]]
 
 
@@ -235,7 +229,7 @@ class BaseImages:
         )
         try:
             with self._open(local_file) as fh:
-                sent = self._stream_up(volume, name, fh, size, wanted)
+                sent = stream_up(self._session, volume, name, fh, size=size, wanted=wanted)
         except OSError as exc:
             self._discard(pool, name)
             raise TransientError(
@@ -245,51 +239,6 @@ class BaseImages:
             self._discard(pool, name)
             raise
         log.info("host %s: uploaded %s, %.1f MB sha256 %s", self._host, name, sent / 1e6, wanted)
-
-    def _stream_up(self, volume: Any, name: str, fh: IO[bytes], size: int, wanted: str) -> int:
-        """Upload exactly ``size`` bytes of ``fh``; verify count and checksum before finishing.
-
-        The chunks sent are hashed by a thread of their own (the very bytes objects the stream
-        sends, which cannot change), so sha256 runs on the second core beside the send
-        instead of between the sends.
-        """
-        hasher = _Hasher()
-        progress = _Progress(self._host, name, size)
-        try:
-            with self._session.rpc("virStorageVolUpload", volume=name, bytes=size) as (
-                conn,
-                deadline,
-            ):
-                stream = conn.newStream(0)
-                volume.upload(stream, 0, size, 0)
-                stream.sendAll(_Reader(fh, hasher, progress, deadline), None)
-                sha256 = hasher.hexdigest()
-                short = progress.sent != size
-                if short or sha256 != wanted:
-                    _abort_quietly(stream)
-                    what = (
-                        f"{progress.sent} of {size} bytes (local file changed while uploading)"
-                        if short
-                        else f"sha256 {sha256}, expected {wanted}"
-                    )
-                    raise PermanentError(f"upload of {name} rejected: {what}", host=self._host)
-                stream.finish()
-        finally:
-            hasher.stop()
-        self._check_size(volume, name, size)
-        progress.done()
-        return progress.sent
-
-    def _check_size(self, volume: Any, name: str, size: int) -> None:
-        info = self._session.call(
-            "virStorageVolGetInfoFlags",
-            lambda _c: volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL),
-            volume=name,
-        )
-        if info[2] != size:
-            raise TransientError(
-                f"uploaded {name} is {info[2]} bytes on the host, expected {size}", host=self._host
-            )
 
     def _discard(self, pool: Any, name: str) -> None:
         """Delete a half-written volume; if the link is gone, its missing marker still guards it."""
@@ -344,91 +293,3 @@ def xml_of(obj: Any) -> Callable[[Any], str]:
         return xml
 
     return read
-
-
-def _abort_quietly(stream: Any) -> None:
-    try:
-        stream.abort()
-    except libvirt.libvirtError as exc:
-        log.debug("aborting an upload stream failed: %s", exc)
-
-
-class _Progress:
-    def __init__(self, host: str, name: str, size: int) -> None:
-        self.host, self.name, self.size = host, name, size
-        self.sent = 0
-        self.started = self.last = time.monotonic()
-
-    def add(self, count: int) -> None:
-        self.sent += count
-        now = time.monotonic()
-        if now - self.last >= PROGRESS_SECONDS:
-            self.last = now
-            self._log("uploading")
-
-    def done(self) -> None:
-        self._log("uploaded")
-
-    def _log(self, verb: str) -> None:
-        seconds = max(time.monotonic() - self.started, 1e-6)
-        percent = 100.0 * self.sent / self.size if self.size else 100.0
-        log.info(
-            "host %s: %s %s: %.1f of %.1f MB (%.0f%%) at %.1f MB/s",
-            self.host,
-            verb,
-            self.name,
-            self.sent / 1e6,
-            self.size / 1e6,
-            percent,
-            self.sent / 1e6 / seconds,
-        )
-
-
-class _Hasher:
-    """sha256 of the chunks handed to ``feed``, computed by a thread of its own.
-
-    hashlib releases the GIL for large updates, so hashing overlaps with the stream's send.
-    At most ``HASH_QUEUE`` chunks wait; ``feed`` blocks beyond that.
-    """
-
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=HASH_QUEUE)
-        self._thread = threading.Thread(target=self._run, name="upload-sha256", daemon=True)
-        self._thread.start()
-
-    def feed(self, chunk: bytes) -> None:
-        self._queue.put(chunk)
-
-    def hexdigest(self) -> str:
-        """The checksum of everything fed so far; waits for the thread to finish hashing."""
-        self.stop()
-        return self._digest.hexdigest()
-
-    def stop(self) -> None:
-        """End the thread (after the chunks already fed). Idempotent."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            self._digest.update(chunk)
-
-
-class _Reader:
-    """sendAll's handler: reads, hands to the hasher, counts and re-arms the deadline per chunk."""
-
-    def __init__(
-        self, fh: IO[bytes], hasher: _Hasher, progress: _Progress, deadline: Deadline
-    ) -> None:
-        self._fh, self._hasher, self._progress, self._deadline = fh, hasher, progress, deadline
-
-    def __call__(self, _stream: Any, nbytes: int, _opaque: object) -> bytes:
-        remaining = self._progress.size - self._progress.sent
-        chunk = self._fh.read(min(max(nbytes, CHUNK), remaining)) if remaining > 0 else b""
-        if chunk:
-            self._hasher.feed(chunk)
-        self._progress.add(len(chunk))
-        self._deadline.arm()
-        return chunk

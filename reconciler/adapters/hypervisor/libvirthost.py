@@ -14,18 +14,17 @@ inside the seed ISO upload body, which is never logged.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import libvirt
 
+from reconciler.adapters.hypervisor.addresses import domain_addresses
 from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
+from reconciler.adapters.hypervisor.hostobserve import observe_host
 from reconciler.adapters.hypervisor.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
 from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
@@ -34,41 +33,15 @@ from reconciler.core.render.metadata import (
     PREFIX,
     owner_from_domain_xml,
     owner_xml,
-    parse_owner,
 )
 from reconciler.core.render.seediso import seed_iso
-from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
-from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
-from reconciler.model.inventory import Capacity
+from reconciler.errors import HostError, NotFoundError, PermanentError
+from reconciler.model import Host, HostInventory, Image, Owner
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec, vm_volumes
 
 log = logging.getLogger("reconciler.host")
 
-STATES = {
-    libvirt.VIR_DOMAIN_RUNNING: DomainState.RUNNING,
-    libvirt.VIR_DOMAIN_BLOCKED: DomainState.RUNNING,
-    libvirt.VIR_DOMAIN_PAUSED: DomainState.PAUSED,
-    libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PAUSED,
-    libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
-    libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
-}
-FAILURE_REASONS = {
-    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED): "crashed",
-    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_FAILED): "failed",
-    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_PANICKED): "panicked",
-    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_UNKNOWN): "crashed",
-    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR): "ioerror",
-    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_USER): "user",
-}
-"""libvirt state reasons the planner acts on: a domain down through a failure
-(self-healing), paused by the hypervisor on an I/O error (a full pool) or by a person."""
-OBSERVED_STATS = (
-    libvirt.VIR_DOMAIN_STATS_STATE
-    | libvirt.VIR_DOMAIN_STATS_VCPU
-    | libvirt.VIR_DOMAIN_STATS_BALLOON
-)
-"""One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
 UNDEFINE_FLAGS = (
     libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
     | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
@@ -76,16 +49,6 @@ UNDEFINE_FLAGS = (
 )
 REFUSED_FLAG_CODES = frozenset(
     {libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED}
-)
-AGENT_CODES = frozenset({libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED})
-"""Transient for the agent, not for the host: the next address source is asked."""
-OBSERVE_READS = 4
-"""Metadata reads in flight at once on one host's connection while observing. libvirtd
-serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
-ADDRESS_SOURCES = (
-    ("agent", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT),
-    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
-    ("lease", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE),
 )
 
 
@@ -117,96 +80,9 @@ class LibvirtHost:
         return self._session
 
     def observe(self) -> HostInventory:
-        """The pool's volume names and space (3 RPCs), the node's CPUs and memory (1 RPC),
-        1 RPC for every domain with its state, reason and size, then one metadata read per
-        domain.
-
-        Volumes are listed before domains: a domain defined in between is then
-        seen with its volumes, never the other way round (volumes that look
-        unused). A pool that does not exist gives no volumes (``hosts check``
-        reports it); any other failure fails the observation.
-
-        ``virDomainGetMetadata`` returns only our element (about 400 bytes), not
-        the whole domain XML, which libvirtd takes several times longer to
-        format; a domain without our element answers VIR_ERR_NO_DOMAIN_METADATA
-        and is foreign. The reads run ``OBSERVE_READS`` at a time on the one
-        connection (libvirt multiplexes calls), so the link's round trips
-        overlap instead of adding up.
-        """
-        volumes, pool_space = self._volume_names()
-        node = self._session.call("virNodeGetInfo", lambda c: c.getInfo())
-        stats = self._session.call(
-            "virConnectGetAllDomainStats",
-            lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
-        )
-        listed = [(dom, _observed(values)) for dom, values in stats]
-        workers = min(OBSERVE_READS, len(listed))
-        if workers <= 1:
-            found = [self._read_domain(dom, seen) for dom, seen in listed]
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{self.name}") as pool:
-                found = list(pool.map(lambda item: self._read_domain(*item), listed))
-        domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
-        capacity = None
-        if pool_space is not None:
-            capacity = Capacity(
-                cpus=int(node[2]),
-                memory_mib=int(node[1]),
-                pool_capacity_bytes=pool_space[0],
-                pool_available_bytes=pool_space[1],
-            )
-        return HostInventory(
-            name=self.name,
-            reachable=True,
-            domains=tuple(domains),
-            volumes=volumes,
-            capacity=capacity,
-        )
-
-    def _volume_names(self) -> tuple[tuple[str, ...], tuple[int, int] | None]:
-        """The pool's volume names and (capacity, available) bytes; none without a pool."""
-        try:
-            pool = self._images.pool()
-        except PermanentError as exc:
-            log.debug("host %s: no volumes listed: %s", self.name, exc)
-            return (), None
-        # libvirt counts a dir pool's free space at its last refresh (and its own volume
-        # calls): a guest's growing overlay, or any file written beside it, shows only after
-        # one. Without it a full pool still reads as free, so a VM paused on a full pool
-        # would be resumed into the same wall and placement would trust stale room.
-        try:
-            self._session.call("virStoragePoolRefresh", lambda _c: pool.refresh(0))
-        except (PermanentError, TransientError) as exc:  # e.g. an upload running into it
-            log.info("host %s: pool %s not refreshed: %s", self.name, self._host.pool, exc)
-        listed = self._session.call(
-            "virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0)
-        )
-        _state, capacity, _allocation, available = self._session.call(
-            "virStoragePoolGetInfo", lambda _c: pool.info()
-        )
-        names = tuple(sorted(volume.name() for volume in listed))
-        return names, (int(capacity), int(available))
-
-    def _read_domain(self, dom: Any, seen: Domain) -> Domain | None:
-        """The domain with its owner (None: foreign); None when it vanished meanwhile.
-
-        ``seen`` carries what the bulk stats said (state, reason, size), not the name."""
-        name = dom.name()
-        try:
-            raw = self._session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
-        except NotFoundError:
-            log.debug("host %s: domain %s vanished while listing", self.name, name)
-            return None
-        except PermanentError as exc:
-            # Listed as foreign so its name stays taken and nothing touches it.
-            log.warning(
-                "host %s: cannot read domain %s, treating it as foreign: %s", self.name, name, exc
-            )
-            return replace(seen, name=name)
-        owner = parse_owner(raw)
-        if self._session.tracing:
-            self._session.trace("virDomainGetMetadata", "owner", repr(owner), domain=name)
-        return replace(seen, name=name, owner=owner)
+        """The pool's volumes and space, the node's size and every domain with its owner
+        (cost and order: ``hostobserve.observe_host``)."""
+        return observe_host(self._session, self._images, self._host)
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
         try:
@@ -354,30 +230,7 @@ class LibvirtHost:
             raise NotFoundError(
                 f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
             )
-        if not self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
-            return ()
-        for source, flag in ADDRESS_SOURCES:
-            try:
-                found = self._session.call(
-                    "virDomainInterfaceAddresses",
-                    _interface_addresses(dom, flag),
-                    domain=domain,
-                    source=source,
-                )
-            except (PermanentError, TransientError) as exc:
-                if isinstance(exc, TransientError) and exc.code not in AGENT_CODES:
-                    raise
-                log.debug(
-                    "host %s: %s addresses of %s unavailable: %s", self.name, source, domain, exc
-                )
-                continue
-            ips = usable_ipv4(found)
-            self._session.trace(
-                "virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain
-            )
-            if ips:
-                return ips
-        return ()
+        return domain_addresses(self._session, dom, domain)
 
     def host_check(self, *, need_uefi: bool = True, need: Need | None = None) -> HostReport:
         """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError."""
@@ -492,48 +345,6 @@ class LibvirtHost:
                 raise
 
 
-def _observed(values: dict[str, Any]) -> Domain:
-    """State, failure reason and (when running) vCPUs and memory from one domain's stats."""
-    raw_state = values.get("state.state", -1)
-    state = STATES.get(raw_state, DomainState.OTHER)
-    reason = FAILURE_REASONS.get((raw_state, values.get("state.reason", -1)), "")
-    vcpus = values.get("vcpu.current") if state is DomainState.RUNNING else None
-    sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
-    known = [int(v) for v in sizes if isinstance(v, int)]
-    # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
-    memory = min(known) // 1024 if known and state is DomainState.RUNNING else None
-    return Domain(
-        name="",
-        state=state,
-        reason=reason,
-        vcpus=vcpus if isinstance(vcpus, int) else None,
-        memory_mib=memory,
-    )
-
-
-def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:
-    def call(_conn: Any) -> dict[str, Any]:
-        found: dict[str, Any] = dom.interfaceAddresses(source, 0) or {}
-        return found
-
-    return call
-
-
-def _owner_of(dom: Any) -> Callable[[Any], str | None]:
-    """Our metadata element of ``dom`` as libvirt returns it; None when it has none (foreign)."""
-
-    def call(_conn: Any) -> str | None:
-        try:
-            text: str = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE, 0)
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
-                return None
-            raise
-        return text
-
-    return call
-
-
 def _owner_metadata(dom: Any, text: str, flags: int) -> Callable[[Any], None]:
     """The bare element: libvirt adds the namespace (PREFIX, NAMESPACE) itself."""
 
@@ -553,23 +364,3 @@ def _undefine_flags(dom: Any, flags: int) -> Callable[[Any], None]:
         dom.undefineFlags(flags)
 
     return call
-
-
-def usable_ipv4(found: dict[str, Any]) -> tuple[str, ...]:
-    """IPv4 addresses of non-loopback interfaces; loopback and link-local dropped."""
-    ips: list[str] = []
-    for ifname, info in sorted(found.items()):
-        if ifname == "lo":
-            continue
-        for entry in info.get("addrs") or ():
-            if entry.get("type") != libvirt.VIR_IP_ADDR_TYPE_IPV4:
-                continue
-            try:
-                ip = ipaddress.IPv4Address(entry.get("addr", ""))
-            except ValueError:
-                continue
-            if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
-                continue
-            if str(ip) not in ips:
-                ips.append(str(ip))
-    return tuple(ips)

@@ -1,4 +1,4 @@
-"""One SSH connection per hypervisor, and the libvirt socket forwarded through it.
+"""One SSH connection per hypervisor: keys, strict host-key checking, the libvirt channel.
 
 ``SshConnection`` dials lazily (on the first call that needs it), checks the
 host key strictly against the configured known_hosts file (port-aware entries
@@ -27,43 +27,41 @@ TransientError that keeps streamlocal; a listening socket means forwarding is
 refused and the helper is used.
 Nothing runs on the hypervisor but sshd and libvirt.
 
-``SocketBridge`` exposes such channels as a local unix socket in a private
-0700 directory that libvirt-python opens as ``qemu+unix:///system?socket=...``.
+The channel primitives (streamlocal, remote ``test``) live in
+``sshchannel``; ``SocketBridge`` (``sshbridge``) turns such channels into a
+local unix socket for libvirt-python.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
-import os
-import select
-import shlex
 import socket
 import stat
-import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import paramiko
 
+from reconciler.adapters.hypervisor.sshchannel import (
+    SOCKET_MISSING,
+    SOCKET_STALE,
+    open_streamlocal,
+    remote_test,
+    socket_state,
+)
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
 log = logging.getLogger("reconciler.ssh")
 
-STREAMLOCAL = "direct-streamlocal@openssh.com"
 SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
 STREAMLOCAL_RETRY = 300.0
 """Seconds a connection keeps using the helper after sshd refused forwarding."""
 _RSA_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256")
-_CHUNK = 256 * 1024
-_DEFAULT_PACKET = 32768
 _AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 """Preferred over paramiko's default order (aes-ctr first, with a separate HMAC per packet):
 AES-GCM encrypts and authenticates a packet in one call, which moves base images about a
@@ -345,109 +343,6 @@ class SshConnection:
         return channel
 
 
-def remote_test(
-    transport: paramiko.Transport, flag: str, path: str, *, timeout: float
-) -> bool | None:
-    """``test <flag> <path>`` on the host over an exec channel: True, False, or None when
-    the host does not say (no shell, a forced command, no answer in time)."""
-    status = remote_exit(transport, f"test {shlex.quote(flag)} {shlex.quote(path)}", timeout)
-    return {0: True, 1: False}.get(status) if status is not None else None
-
-
-SOCKET_LISTENING, SOCKET_MISSING, SOCKET_STALE = "listening", "missing", "stale"
-_LISTENING_FLAG = "00010000"  # __SO_ACCEPTCON in /proc/net/unix: a socket that listens
-
-
-def socket_state(transport: paramiko.Transport, path: str, *, timeout: float) -> str | None:
-    """What is at ``path`` on the host: ``SOCKET_MISSING`` (no unix socket there),
-    ``SOCKET_STALE`` (a socket file nobody listens on, as a killed libvirtd leaves it; told
-    by /proc/net/unix, which lists the listening sockets of sshd's network namespace) or
-    ``SOCKET_LISTENING`` (also when the host cannot say more than that the file is a socket:
-    no /proc/net/unix). None when the host does not answer (no shell, a forced command, no
-    answer in time)."""
-    quoted = shlex.quote(path)
-    # /proc/net/unix names a socket by the path it was bound to, which may differ from
-    # ``path`` by links (/var/run -> /run): the listening sockets of the same file name are
-    # resolved and compared. Exit 0 listening, 1 missing, 3 stale.
-    name = shlex.quote(path.rstrip("/").rsplit("/", 1)[-1])
-    command = (
-        f"test -S {quoted} || exit 1; test -r /proc/net/unix || exit 0; "
-        f"p=$(readlink -f {quoted}) || exit 0; "
-        f"awk -v b={name} "
-        f'\'$4 == "{_LISTENING_FLAG}" {{ n = split($NF, c, "/"); if (c[n] == b) print $NF }}\' '
-        "/proc/net/unix | "
-        '{ while read -r s; do [ "$(readlink -f "$s")" = "$p" ] && exit 0; done; exit 3; }'
-    )
-    status = remote_exit(transport, command, timeout)
-    states = {0: SOCKET_LISTENING, 1: SOCKET_MISSING, 3: SOCKET_STALE}
-    return states.get(status) if status is not None else None
-
-
-def remote_exit(transport: paramiko.Transport, command: str, timeout: float) -> int | None:
-    """The exit status of ``command`` run on the host over an exec channel; None when the
-    host does not say (no shell, a forced command, no answer in time)."""
-    try:
-        channel = transport.open_session(timeout=timeout)
-    except (paramiko.SSHException, OSError, EOFError):
-        return None
-    try:
-        channel.exec_command(command)
-        if not channel.status_event.wait(timeout):
-            return None
-        return int(channel.recv_exit_status())
-    except (paramiko.SSHException, OSError, EOFError):
-        return None
-    finally:
-        channel.close()
-
-
-def open_streamlocal(
-    transport: paramiko.Transport, path: str, *, timeout: float
-) -> paramiko.Channel:
-    """Open ``direct-streamlocal@openssh.com`` to the remote unix socket ``path``.
-
-    paramiko's ``open_channel`` packs a payload only for the tcpip and x11
-    kinds, so this follows its body with the payload of OpenSSH's PROTOCOL,
-    section 2.4: string socket path, string reserved, uint32 reserved.
-    Raises paramiko.ChannelException with the server's reason code on refusal.
-    """
-    t: Any = transport  # private paramiko API, stable since 1.15
-    if not t.active:
-        raise paramiko.SSHException("SSH session not active")
-    with t.lock:
-        window_size = t._sanitize_window_size(None)
-        max_packet_size = t._sanitize_packet_size(None)
-        chanid = t._next_channel()
-        message = paramiko.Message()
-        message.add_byte(paramiko.common.cMSG_CHANNEL_OPEN)
-        message.add_string(STREAMLOCAL)
-        message.add_int(chanid)
-        message.add_int(window_size)
-        message.add_int(max_packet_size)
-        message.add_string(path)
-        message.add_string("")
-        message.add_int(0)
-        channel: Any = paramiko.Channel(chanid)
-        t._channels.put(chanid, channel)
-        event = threading.Event()
-        t.channel_events[chanid] = event
-        t.channels_seen[chanid] = True
-        channel._set_transport(transport)
-        channel._set_window(window_size, max_packet_size)
-    t._send_user_message(message)
-    deadline = time.monotonic() + timeout
-    while not event.wait(0.1):
-        if not t.active:
-            raise t.get_exception() or paramiko.SSHException("Unable to open channel.")
-        if time.monotonic() > deadline:
-            raise paramiko.SSHException("Timeout opening channel.")
-    opened = t._channels.get(chanid)
-    if opened is None:
-        raise t.get_exception() or paramiko.SSHException("Unable to open channel.")
-    result: paramiko.Channel = opened
-    return result
-
-
 def _enable_tcp_keepalive(sock: socket.socket, interval: float) -> None:
     """Let the kernel notice a dead peer too (paramiko's keepalives expect no reply)."""
     seconds = max(1, int(interval))
@@ -456,180 +351,3 @@ def _enable_tcp_keepalive(sock: socket.socket, interval: float) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-
-
-class SocketBridge:
-    """A local unix socket whose every connection is piped into a fresh SSH channel.
-
-    The socket lives in a private ``mkdtemp`` directory (mode 0700), so only
-    this user can reach the hypervisor through it: under systemd's
-    ``$RUNTIME_DIRECTORY`` when set, else the temp dir (``$TMPDIR``, /tmp).
-    A directory that cannot be made (a read-only root without a private /tmp)
-    is a PermanentError naming it, not a crash. ``prepare()`` opens the
-    channel in the caller's thread, so that SSH errors surface there,
-    classified, instead of as an EOF inside libvirt; a connection that
-    arrives without a prepared channel opens its own. Each connection is
-    pumped by two threads, one per direction.
-    """
-
-    def __init__(self, open_channel: Callable[[], paramiko.Channel], *, label: str) -> None:
-        self._open_channel = open_channel
-        self._label = label
-        base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
-        try:
-            self._dir = tempfile.mkdtemp(prefix="proxyfleet-", dir=base)
-            os.chmod(self._dir, 0o700)
-            self.path = os.path.join(self._dir, "libvirt-sock")
-            self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self._server.bind(self.path)
-        except OSError as exc:
-            raise PermanentError(
-                f"cannot make the local libvirt socket under {base}: {exc}; "
-                "give proxyfleet a writable RuntimeDirectory or /tmp",
-                host=label,
-            ) from exc
-        self._server.listen(8)
-        self._closed = threading.Event()
-        self._lock = threading.Lock()
-        self._prepared: list[paramiko.Channel] = []
-        self._live: set[socket.socket] = set()
-        self._channels: set[paramiko.Channel] = set()
-        self.stderr_tail = ""
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name=f"bridge-{label}", daemon=True
-        )
-        self._acceptor.start()
-
-    @property
-    def uri(self) -> str:
-        return f"qemu+unix:///system?socket={self.path}"
-
-    def prepare(self) -> None:
-        """Open the channel the next accepted connection will use."""
-        channel = self._open_channel()
-        with self._lock:
-            stale, self._prepared = self._prepared, [channel]
-        for old in stale:
-            _close_channel(old)
-
-    def close(self) -> None:
-        """Stop accepting, close every pumped connection, remove the directory. Idempotent."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._server.close()
-        with self._lock:
-            channels = [*self._prepared, *self._channels]
-            sockets = list(self._live)
-            self._prepared.clear()
-        for channel in channels:
-            _close_channel(channel)
-        for sock in sockets:
-            _close_quietly(sock)
-        self._acceptor.join(timeout=2)
-        for leftover in (self.path, self._dir):
-            try:
-                (os.unlink if leftover == self.path else os.rmdir)(leftover)
-            except OSError:
-                log.debug("bridge cleanup: %s already gone", leftover)
-
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                ready, _, _ = select.select([self._server], [], [], 0.5)
-                if not ready:
-                    continue
-                client, _ = self._server.accept()
-            except (OSError, ValueError):
-                return
-            self._serve(client)
-
-    def _serve(self, client: socket.socket) -> None:
-        with self._lock:
-            channel = self._prepared.pop(0) if self._prepared else None
-        if channel is None:
-            try:
-                channel = self._open_channel()
-            except HostError as exc:
-                log.warning("bridge %s: cannot open a channel: %s", self._label, exc)
-                _close_quietly(client)
-                return
-        with self._lock:
-            self._live.add(client)
-            self._channels.add(channel)
-        up = threading.Thread(
-            target=self._pump_up, args=(client, channel), name=f"up-{self._label}", daemon=True
-        )
-        down = threading.Thread(
-            target=self._pump_down, args=(client, channel), name=f"down-{self._label}", daemon=True
-        )
-        up.start()
-        down.start()
-
-    def _pump_up(self, client: socket.socket, channel: paramiko.Channel) -> None:
-        """libvirt -> hypervisor.
-
-        Reads into one reused buffer and hands paramiko one SSH packet's worth at a time:
-        ``Channel.sendall`` of a larger buffer copies the rest of it after every packet
-        (``s = s[sent:]``), which an upload paid for every 32 KiB.
-        """
-        buffer = bytearray(_CHUNK)
-        view = memoryview(buffer)
-        try:
-            while True:
-                count = client.recv_into(buffer)
-                if not count:
-                    break
-                step = _packet_payload(channel)
-                for start in range(0, count, step):
-                    channel.sendall(bytes(view[start : min(start + step, count)]))
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-        finally:
-            self._finish(client, channel)
-
-    def _pump_down(self, client: socket.socket, channel: paramiko.Channel) -> None:
-        """hypervisor -> libvirt; also keeps the tail of an exec channel's stderr."""
-        try:
-            while True:
-                select.select([channel], [], [], 1.0)
-                if channel.recv_stderr_ready():
-                    text = channel.recv_stderr(4096).decode("utf-8", "replace")
-                    self.stderr_tail = (self.stderr_tail + text)[-2000:]
-                    log.warning("bridge %s: remote helper says: %s", self._label, text.strip())
-                if channel.recv_ready():
-                    data = channel.recv(_CHUNK)
-                    if not data:
-                        break
-                    client.sendall(data)
-                elif channel.closed or channel.eof_received:
-                    break
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-        finally:
-            self._finish(client, channel)
-
-    def _finish(self, client: socket.socket, channel: paramiko.Channel) -> None:
-        _close_channel(channel)
-        _close_quietly(client)
-        with self._lock:
-            self._live.discard(client)
-            self._channels.discard(channel)
-
-
-def _packet_payload(channel: paramiko.Channel) -> int:
-    """The data paramiko puts into one packet of ``channel`` (its ``_wait_for_send_window``)."""
-    granted: int = getattr(channel, "out_max_packet_size", _DEFAULT_PACKET)
-    return max(1024, granted - 64)
-
-
-def _close_channel(channel: paramiko.Channel) -> None:
-    """Closing sends a message; on a transport that just died that fails, and that is fine."""
-    with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
-        channel.close()
-
-
-def _close_quietly(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()

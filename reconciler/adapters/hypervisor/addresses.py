@@ -1,0 +1,81 @@
+"""A running guest's IPv4 addresses, as libvirt reports them (agent, ARP, DHCP leases)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import libvirt
+
+from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.errors import PermanentError, TransientError
+
+log = logging.getLogger("reconciler.host")
+
+AGENT_CODES = frozenset({libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED})
+"""Transient for the agent, not for the host: the next address source is asked."""
+ADDRESS_SOURCES = (
+    ("agent", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT),
+    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
+    ("lease", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE),
+)
+
+
+def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[str, ...]:
+    """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""
+    if not session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+        return ()
+    for source, flag in ADDRESS_SOURCES:
+        try:
+            found = session.call(
+                "virDomainInterfaceAddresses",
+                _interface_addresses(dom, flag),
+                domain=domain,
+                source=source,
+            )
+        except (PermanentError, TransientError) as exc:
+            if isinstance(exc, TransientError) and exc.code not in AGENT_CODES:
+                raise
+            log.debug(
+                "host %s: %s addresses of %s unavailable: %s",
+                session.host.name,
+                source,
+                domain,
+                exc,
+            )
+            continue
+        ips = usable_ipv4(found)
+        session.trace("virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain)
+        if ips:
+            return ips
+    return ()
+
+
+def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:
+    def call(_conn: Any) -> dict[str, Any]:
+        found: dict[str, Any] = dom.interfaceAddresses(source, 0) or {}
+        return found
+
+    return call
+
+
+def usable_ipv4(found: dict[str, Any]) -> tuple[str, ...]:
+    """IPv4 addresses of non-loopback interfaces; loopback and link-local dropped."""
+    ips: list[str] = []
+    for ifname, info in sorted(found.items()):
+        if ifname == "lo":
+            continue
+        for entry in info.get("addrs") or ():
+            if entry.get("type") != libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(entry.get("addr", ""))
+            except ValueError:
+                continue
+            if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+                continue
+            if str(ip) not in ips:
+                ips.append(str(ip))
+    return tuple(ips)

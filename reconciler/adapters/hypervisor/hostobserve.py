@@ -1,0 +1,182 @@
+"""What one host holds, read in a few RPCs: pool volumes and space, node size, owned domains.
+
+``observe_host`` is ``LibvirtHost.observe``; libvirt's domain states and
+failure reasons are mapped here to the model's ``DomainState`` and reason
+words the planner acts on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import libvirt
+
+from reconciler.adapters.hypervisor.baseimage import BaseImages
+from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.core.render.metadata import NAMESPACE, parse_owner
+from reconciler.errors import NotFoundError, PermanentError, TransientError
+from reconciler.model import Domain, DomainState, Host, HostInventory
+from reconciler.model.inventory import Capacity
+
+log = logging.getLogger("reconciler.host")
+
+STATES = {
+    libvirt.VIR_DOMAIN_RUNNING: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_BLOCKED: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_PAUSED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
+    libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
+}
+FAILURE_REASONS = {
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED): "crashed",
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_FAILED): "failed",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_PANICKED): "panicked",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_UNKNOWN): "crashed",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR): "ioerror",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_USER): "user",
+}
+"""libvirt state reasons the planner acts on: a domain down through a failure
+(self-healing), paused by the hypervisor on an I/O error (a full pool) or by a person."""
+OBSERVED_STATS = (
+    libvirt.VIR_DOMAIN_STATS_STATE
+    | libvirt.VIR_DOMAIN_STATS_VCPU
+    | libvirt.VIR_DOMAIN_STATS_BALLOON
+)
+"""One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
+OBSERVE_READS = 4
+"""Metadata reads in flight at once on one host's connection while observing. libvirtd
+serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
+
+
+def observe_host(session: LibvirtSession, images: BaseImages, host: Host) -> HostInventory:
+    """The pool's volume names and space (3 RPCs), the node's CPUs and memory (1 RPC),
+    1 RPC for every domain with its state, reason and size, then one metadata read per
+    domain.
+
+    Volumes are listed before domains: a domain defined in between is then
+    seen with its volumes, never the other way round (volumes that look
+    unused). A pool that does not exist gives no volumes (``hosts check``
+    reports it); any other failure fails the observation.
+
+    ``virDomainGetMetadata`` returns only our element (about 400 bytes), not
+    the whole domain XML, which libvirtd takes several times longer to
+    format; a domain without our element answers VIR_ERR_NO_DOMAIN_METADATA
+    and is foreign. The reads run ``OBSERVE_READS`` at a time on the one
+    connection (libvirt multiplexes calls), so the link's round trips
+    overlap instead of adding up.
+    """
+    volumes, pool_space = _volume_names(session, images, host)
+    node = session.call("virNodeGetInfo", lambda c: c.getInfo())
+    stats = session.call(
+        "virConnectGetAllDomainStats",
+        lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
+    )
+    listed = [(dom, _observed(values)) for dom, values in stats]
+    workers = min(OBSERVE_READS, len(listed))
+    if workers <= 1:
+        found = [_read_domain(session, host, dom, seen) for dom, seen in listed]
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{host.name}") as pool:
+            found = list(pool.map(lambda item: _read_domain(session, host, *item), listed))
+    domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
+    capacity = None
+    if pool_space is not None:
+        capacity = Capacity(
+            cpus=int(node[2]),
+            memory_mib=int(node[1]),
+            pool_capacity_bytes=pool_space[0],
+            pool_available_bytes=pool_space[1],
+        )
+    return HostInventory(
+        name=host.name,
+        reachable=True,
+        domains=tuple(domains),
+        volumes=volumes,
+        capacity=capacity,
+    )
+
+
+def _volume_names(
+    session: LibvirtSession, images: BaseImages, host: Host
+) -> tuple[tuple[str, ...], tuple[int, int] | None]:
+    """The pool's volume names and (capacity, available) bytes; none without a pool."""
+    try:
+        pool = images.pool()
+    except PermanentError as exc:
+        log.debug("host %s: no volumes listed: %s", host.name, exc)
+        return (), None
+    # libvirt counts a dir pool's free space at its last refresh (and its own volume
+    # calls): a guest's growing overlay, or any file written beside it, shows only after
+    # one. Without it a full pool still reads as free, so a VM paused on a full pool
+    # would be resumed into the same wall and placement would trust stale room.
+    try:
+        session.call("virStoragePoolRefresh", lambda _c: pool.refresh(0))
+    except (PermanentError, TransientError) as exc:  # e.g. an upload running into it
+        log.info("host %s: pool %s not refreshed: %s", host.name, host.pool, exc)
+    listed = session.call("virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0))
+    _state, capacity, _allocation, available = session.call(
+        "virStoragePoolGetInfo", lambda _c: pool.info()
+    )
+    names = tuple(sorted(volume.name() for volume in listed))
+    return names, (int(capacity), int(available))
+
+
+def _read_domain(session: LibvirtSession, host: Host, dom: Any, seen: Domain) -> Domain | None:
+    """The domain with its owner (None: foreign); None when it vanished meanwhile.
+
+    ``seen`` carries what the bulk stats said (state, reason, size), not the name."""
+    name = dom.name()
+    try:
+        raw = session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
+    except NotFoundError:
+        log.debug("host %s: domain %s vanished while listing", host.name, name)
+        return None
+    except PermanentError as exc:
+        # Listed as foreign so its name stays taken and nothing touches it.
+        log.warning(
+            "host %s: cannot read domain %s, treating it as foreign: %s", host.name, name, exc
+        )
+        return replace(seen, name=name)
+    owner = parse_owner(raw)
+    if session.tracing:
+        session.trace("virDomainGetMetadata", "owner", repr(owner), domain=name)
+    return replace(seen, name=name, owner=owner)
+
+
+def _observed(values: dict[str, Any]) -> Domain:
+    """State, failure reason and (when running) vCPUs and memory from one domain's stats."""
+    raw_state = values.get("state.state", -1)
+    state = STATES.get(raw_state, DomainState.OTHER)
+    reason = FAILURE_REASONS.get((raw_state, values.get("state.reason", -1)), "")
+    vcpus = values.get("vcpu.current") if state is DomainState.RUNNING else None
+    sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
+    known = [int(v) for v in sizes if isinstance(v, int)]
+    # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
+    memory = min(known) // 1024 if known and state is DomainState.RUNNING else None
+    return Domain(
+        name="",
+        state=state,
+        reason=reason,
+        vcpus=vcpus if isinstance(vcpus, int) else None,
+        memory_mib=memory,
+    )
+
+
+def _owner_of(dom: Any) -> Callable[[Any], str | None]:
+    """Our metadata element of ``dom`` as libvirt returns it; None when it has none (foreign)."""
+
+    def call(_conn: Any) -> str | None:
+        try:
+            text: str = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE, 0)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+                return None
+            raise
+        return text
+
+    return call

@@ -1,0 +1,49 @@
+"""The delete gates: what may go without a manifest, an empty desired set, maxDeletesPerRun."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from reconciler.core.plan.vms import OwnedVm, block
+from reconciler.model.fleet import Policy
+from reconciler.model.plan import Action, Delete, Replace
+
+PROTECTED = "protected (lifecycle.protect)"
+PRUNE_OFF = "its manifest is gone but prune is off"
+EMPTY = "the desired set is empty and allowEmpty is false"
+
+
+def orphan(vm: OwnedVm, policy: Policy) -> Action:
+    action = vm.action(Delete, f"no manifest for proxy {vm.proxy}")
+    if vm.protect:
+        return block(action, PROTECTED)
+    if not policy.prune:
+        return block(action, PRUNE_OFF)
+    return action
+
+
+def gate_deletes(proposed: Iterable[Action], *, has_proxies: bool, policy: Policy) -> list[Action]:
+    """An empty desired set, then maxDeletesPerRun: which deletes may go, by host and domain.
+
+    A replace counts as a delete: the executor deletes the old VM in the
+    same run once the new one is healthy. Creates and starts never count.
+    """
+    actions = list(proposed)
+    if not has_proxies and not policy.allow_empty:
+        return [block(a, EMPTY) if isinstance(a, Delete) else a for a in actions]
+    victims = sorted(v for a in actions if (v := _victim(a)) is not None)
+    allowed = set(victims[: max(policy.max_deletes_per_run, 0)])
+    limit = f"beyond maxDeletesPerRun ({policy.max_deletes_per_run})"
+    return [
+        block(a, limit) if (v := _victim(a)) is not None and v not in allowed else a
+        for a in actions
+    ]
+
+
+def _victim(action: Action) -> tuple[str, str] | None:
+    """The (host, domain) an action deletes, now or (replace) once its new VM is healthy."""
+    if isinstance(action, Delete) and action.host and action.domain:
+        return (action.host, action.domain)
+    if isinstance(action, Replace):
+        return (action.replaces.host, action.replaces.domain)
+    return None

@@ -1,0 +1,90 @@
+"""The planner's vocabulary: an owned VM as observed, what a proxy is made of, a blocked action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from reconciler.model import Domain, DomainRef, DomainState, Image, MachineType, Owner
+from reconciler.model.plan import (
+    Abandon,
+    Action,
+    Blocked,
+    Cleanup,
+    Delete,
+    Keep,
+    Relabel,
+    Start,
+    replaced,
+)
+
+A = TypeVar("A", Keep, Start, Delete, Abandon)
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """What a proxy's VMs are made of: its image and machine type, resolved once."""
+
+    image: Image
+    machine_type: MachineType
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedVm:
+    """A domain this fleet owns, on a reachable host of fleet.yaml."""
+
+    proxy: str
+    host: str
+    name: str
+    state: DomainState
+    owner: Owner
+    observed: Domain
+
+    @property
+    def digest(self) -> str:
+        return self.owner.digest
+
+    @property
+    def protect(self) -> bool:
+        """``lifecycle.protect`` as the VM's metadata records it."""
+        return self.owner.protect
+
+    @property
+    def ref(self) -> DomainRef:
+        return DomainRef(host=self.host, domain=self.name)
+
+    def action(self, kind: type[A], reason: str) -> A:
+        return kind(
+            reason=reason,
+            proxy=self.proxy,
+            host=self.host,
+            domain=self.name,
+            digest=self.digest,
+        )
+
+
+def block(action: Action, reason: str) -> Blocked:
+    """The same action, stopped by a safety rule."""
+    if isinstance(action, Blocked):
+        return Blocked(
+            reason=reason,
+            proxy=action.proxy,
+            host=action.host,
+            domain=action.domain,
+            digest=action.digest,
+            blocks=action.blocks,
+            replaces=action.replaces,
+            owner=action.owner,
+            volumes=action.volumes,
+        )
+    return Blocked(
+        reason=reason,
+        proxy=action.proxy,
+        host=action.host,
+        domain=action.domain,
+        digest=action.digest,
+        blocks=action.kind,
+        replaces=replaced(action),
+        owner=action.owner if isinstance(action, Relabel) else None,
+        volumes=action.volumes if isinstance(action, Cleanup) else (),
+    )
