@@ -28,10 +28,14 @@ from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.download import ImageCache
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.adapters.surface.probe import FakeProber, ProbeResult
 from reconciler.engine.daemon import Daemon, source_cycle
+from reconciler.engine.parts import DaemonParts
 from reconciler.engine.reconcile import Engine
+from reconciler.engine.runtime import Runtime
 from reconciler.model import Host
 from reconciler.model.settings import (
     ApplySettings,
@@ -124,16 +128,21 @@ def build(root: Path) -> tuple[Daemon, FakeHypervisor]:
         ),
     )
     settings = DaemonSettings(repo=repo, listen=ListenSettings(port=0), state_dir=state)
+    parts = DaemonParts(
+        metrics=Metrics(),
+        surface=lambda endpoints: HttpApi(settings.listen, endpoints),
+        notifier=SdNotify({}),
+        status=GitStatusWriter(repo, settings.status, state / "status"),
+    )
     daemon = Daemon(
         settings,
         source_cycle(
             GitSource(repo, state / "repo"),
             lambda checkout, rev: engine.reconcile_once(checkout, revision=rev),
         ),
-        metrics=Metrics(),
-        status=GitStatusWriter(repo, settings.status, state / "status"),
+        parts,
+        runtime=Runtime.interruptible(stop),
         handle_signals=False,
-        stop=stop,
     )
     return daemon, host
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import urllib.error
@@ -11,8 +12,50 @@ from contextlib import contextmanager
 
 from reports import report
 
-from reconciler.engine.daemon import Daemon
+from reconciler.adapters.git.statuswriter import StatusSink
+from reconciler.adapters.surface.httpapi import HttpApi
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
+from reconciler.engine.daemon import Cycle, Daemon
+from reconciler.engine.leadership import Leadership
+from reconciler.engine.parts import DaemonParts, Notifier
+from reconciler.engine.runtime import Progress, Runtime
 from reconciler.model.report import RunReport
+from reconciler.model.settings import DaemonSettings
+
+
+def real_daemon(
+    settings: DaemonSettings,
+    cycle: Cycle,
+    *,
+    metrics: Metrics | None = None,
+    status: StatusSink | None = None,
+    notifier: Notifier | None = None,
+    leadership: Leadership | None = None,
+    stop: threading.Event | None = None,
+    monotonic: Callable[[], float] | None = None,
+    progress: Progress | None = None,
+    handle_signals: bool = False,
+    follow_up: float | None = None,
+) -> Daemon:
+    """A daemon with the real parts the CLI wires (HTTP on ``settings.listen``, Prometheus
+    metrics, sd_notify without a socket unless given), each replaceable."""
+    parts = DaemonParts(
+        metrics=metrics if metrics is not None else Metrics(),
+        surface=lambda endpoints: HttpApi(settings.listen, endpoints),
+        notifier=notifier if notifier is not None else SdNotify({}),
+        status=status,
+        leadership=leadership,
+    )
+    runtime = Runtime.interruptible(stop)
+    if monotonic is not None or progress is not None:
+        runtime = dataclasses.replace(
+            runtime,
+            monotonic=monotonic if monotonic is not None else runtime.monotonic,
+            progress=progress if progress is not None else runtime.progress,
+        )
+    extra = {"follow_up": follow_up} if follow_up is not None else {}
+    return Daemon(settings, cycle, parts, runtime=runtime, handle_signals=handle_signals, **extra)
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -35,7 +35,7 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
-from reconciler.model.fleet import Health
+from reconciler.model.fleet import HealthCheck
 from reconciler.model.inventory import Capacity
 from reconciler.model.plan import NewVm
 from reconciler.model.report import RunReport
@@ -132,7 +132,7 @@ class FakeProber:
         self.calls: list[str] = []
         self._lock = threading.Lock()
 
-    def probe(self, ip: str, health: Health) -> Probe:
+    def probe(self, ip: str, health: HealthCheck) -> Probe:
         with self._lock:
             self.calls.append(ip)
         if ip in self.unhealthy or (self.healthy_only is not None and ip not in self.healthy_only):

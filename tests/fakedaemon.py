@@ -13,11 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from daemonutil import real_daemon
 from reports import report
 
-from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
-from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
@@ -45,7 +44,7 @@ def main(log: Path) -> int:
     settings = DaemonSettings(
         interval=3600, listen=ListenSettings("127.0.0.1", 0), state_dir=log.parent
     )
-    daemon = Daemon(settings, cycle, metrics=Metrics(), notifier=SdNotify())
+    daemon = real_daemon(settings, cycle, notifier=SdNotify(), handle_signals=True)
     code = daemon.run()
     write(f"exit {code}")
     return code

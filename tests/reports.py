@@ -27,7 +27,7 @@ NEW_VM = NewVm(
     cloud_init=CloudInit(),
     install_guest_agent=True,
     protect=False,
-    health=fleet.Health(),
+    health=fleet.HealthCheck(),
 )
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 REV1 = "1" * 40

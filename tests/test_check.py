@@ -10,7 +10,7 @@ from enginefakes import FakeProber, FakeTime, LocalFakeHost
 from reconciler.engine.check import check_vm
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Domain, DomainState
-from reconciler.model.fleet import Health as ProbeSettings
+from reconciler.model.fleet import HealthCheck as ProbeSettings
 from reconciler.model.report import Health
 from reconciler.model.settings import ApplySettings
 

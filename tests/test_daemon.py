@@ -6,11 +6,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from daemonutil import FakeCycle, http, running, wait_until
+from daemonutil import FakeCycle, http, real_daemon, running, wait_until
 
 from reconciler.adapters.git.statuswriter import MemoryStatusSink
 from reconciler.adapters.surface.httpapi import sign, signature_valid
-from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings, WebhookSettings
@@ -31,7 +30,7 @@ def settings(tmp_path: Path) -> DaemonSettings:
 
 
 def make(settings: DaemonSettings, cycle: FakeCycle, **kw: object) -> Daemon:
-    return Daemon(settings, cycle, metrics=Metrics(), handle_signals=False, **kw)  # type: ignore[arg-type]
+    return real_daemon(settings, cycle, **kw)  # type: ignore[arg-type]
 
 
 def test_the_daemon_reconciles_once_at_start(settings: DaemonSettings) -> None:

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemonutil import http, running, wait_until
+from daemonutil import http, real_daemon, running, wait_until
 from enginefakes import FLEET, HOST, PROXY
 from reports import report
 
@@ -54,7 +54,7 @@ def box(name: str, backend: FakeLockBackend, repo: Path) -> Box:
 
     status = MemoryStatusSink()
     notify = RecordingNotify()
-    daemon = Daemon(
+    daemon = real_daemon(
         DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0)),
         source_cycle(FakeSource(repo), reconcile, leadership=leadership),
         metrics=metrics,

@@ -14,7 +14,7 @@ from reconciler.model import (
     DomainType,
     Firmware,
     Fleet,
-    Health,
+    HealthCheck,
     Host,
     HostNetwork,
     Image,
@@ -122,7 +122,7 @@ def test_a_change_to_the_hosts_network_changes_the_digest(network: HostNetwork) 
 
 SAME_VM: dict[str, Callable[[], str]] = {
     "health": lambda: digest(
-        proxy=dataclasses.replace(PROXY, health=Health(proxy_port=8080, expect_status=200))
+        proxy=dataclasses.replace(PROXY, health=HealthCheck(proxy_port=8080, expect_status=200))
     ),
     "labels": lambda: digest(proxy=dataclasses.replace(PROXY, labels=(("team", "web"),))),
     "lifecycle.protect": lambda: digest(

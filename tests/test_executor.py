@@ -22,7 +22,7 @@ from enginefakes import (
 from reconciler.engine.executor import Executor
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Action, ActionKind, Domain, DomainRef, DomainState, Owner, Plan, Repo
-from reconciler.model.fleet import Health
+from reconciler.model.fleet import HealthCheck
 from reconciler.model.plan import (
     Abandon,
     Blocked,
@@ -417,7 +417,7 @@ def second_step(host: LocalFakeHost, proxy: str) -> tuple[Action, Action]:
     old = old_vm(host, proxy)
     keep = Keep(reason="up to date", proxy=proxy, host="kvm01", domain=new, digest=DIGEST)
     why = f"replaced by {new} on kvm01, which is running"
-    keeper = Keeper(host="kvm01", domain=new, health=Health())
+    keeper = Keeper(host="kvm01", domain=new, health=HealthCheck())
     return keep, Delete(reason=why, proxy=proxy, host="kvm01", domain=old, keeper=keeper)
 
 

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from daemonutil import running, wait_until
+from daemonutil import real_daemon, running, wait_until
 from reports import report
 from test_reconcile_fakehost import World
 
-from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import FOLLOW_UP, Daemon
 from reconciler.model.report import Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings, ListenSettings
@@ -98,7 +97,7 @@ def settings(tmp_path: Path) -> DaemonSettings:
 
 
 def daemon(settings: DaemonSettings, cycle: object, **kw: object) -> Daemon:
-    return Daemon(settings, cycle, metrics=Metrics(), handle_signals=False, **kw)  # type: ignore[arg-type]
+    return real_daemon(settings, cycle, **kw)  # type: ignore[arg-type]
 
 
 def settling_report(minute: int = 0) -> RunReport:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from daemonutil import http, running, wait_until
+from daemonutil import http, real_daemon, running, wait_until
 from enginefakes import FakeImages, FakeProber
 from gitutil import git
 
@@ -22,7 +22,7 @@ from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import main
-from reconciler.engine.daemon import Daemon, source_cycle
+from reconciler.engine.daemon import source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host, Owner
 from reconciler.model.report import RunResult
@@ -133,7 +133,7 @@ def test_a_daemon_cycle_stalls_on_the_hostile_repo_and_stays_up(case: Path, tmp_
     settings = DaemonSettings(
         repo=repo_settings, listen=ListenSettings(port=0), interval=3600, state_dir=state
     )
-    daemon = Daemon(
+    daemon = real_daemon(
         settings,
         source_cycle(
             GitSource(repo_settings, state / "repo"),

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemonutil import FakeCycle, http, running, wait_until
+from daemonutil import FakeCycle, http, real_daemon, running, wait_until
 
 from reconciler.adapters.surface.httpapi import (
     SIGNATURE_HEADER,
@@ -21,7 +21,6 @@ from reconciler.adapters.surface.httpapi import (
     sign,
 )
 from reconciler.adapters.surface.metrics import Metrics
-from reconciler.engine.daemon import Daemon
 from reconciler.model.settings import DaemonSettings, ListenSettings, WebhookSettings
 
 SECRET = b"s3cret"
@@ -195,7 +194,7 @@ def test_a_flooded_daemon_keeps_its_loop_healthz_and_hook(tmp_path: Path) -> Non
         state_dir=tmp_path / "state",
     )
     cycle = FakeCycle()
-    daemon = Daemon(settings, cycle, metrics=Metrics(), handle_signals=False)
+    daemon = real_daemon(settings, cycle, metrics=Metrics(), handle_signals=False)
     flood: list[socket.socket] = []
     with running(daemon):
         assert wait_until(lambda: len(daemon.reports) == 1)

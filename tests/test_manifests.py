@@ -24,7 +24,7 @@ from reconciler.model import (
     DomainType,
     DriftMode,
     Firmware,
-    Health,
+    HealthCheck,
     Host,
     HostNetwork,
     Image,
@@ -137,7 +137,7 @@ def test_example_repo_loads_five_proxies_sorted_by_name(example_repo: Path) -> N
     assert office_1.cloud_init.vendor_data.startswith("#cloud-config\ntimezone: Europe/Berlin\n")
     cache = repo.proxy("home-cache")
     assert cache is not None
-    assert cache.health == Health(
+    assert cache.health == HealthCheck(
         proxy_port=3128, probe_url="http://deb.debian.org/debian/", expect_status=200,
         timeout_seconds=15.0,
     )  # fmt: skip
@@ -216,7 +216,7 @@ def test_left_out_fields_get_the_model_defaults(tmp_path: Path) -> None:
     )
     proxy = repo.proxies[0]
     assert proxy.install_guest_agent is True
-    assert proxy.health == Health()
+    assert proxy.health == HealthCheck()
     assert proxy.lifecycle == Lifecycle(protect=False)
     assert proxy.labels == ()
     assert proxy.placement.host is None

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemonutil import FakeCycle, running, wait_until
+from daemonutil import FakeCycle, real_daemon, running, wait_until
 
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
-from reconciler.engine.daemon import Daemon
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
 
@@ -49,7 +48,7 @@ def test_a_daemon_under_systemd_says_ready_and_feeds_the_watchdog(
     notifier = SdNotify(env)
     assert notifier.watchdog_interval == pytest.approx(0.1)
     cycle = FakeCycle()
-    daemon = Daemon(
+    daemon = real_daemon(
         DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0), state_dir=tmp_path),
         cycle,
         metrics=Metrics(),

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reconciler.adapters.surface.probe import FakeProber, HttpProber, Prober, ProbeResult, probe
-from reconciler.model import Health
+from reconciler.adapters.surface.probe import FakeProber, HttpProber, ProbeResult, probe
+from reconciler.engine.check import Prober
+from reconciler.model import HealthCheck
 
 
 @dataclass
@@ -63,8 +64,8 @@ def proxy() -> Iterator[ProxyStub]:
         thread.join(5)
 
 
-def health(port: int, url: str = "http://probe.invalid/generate_204", **kw: float) -> Health:
-    return Health(
+def health(port: int, url: str = "http://probe.invalid/generate_204", **kw: float) -> HealthCheck:
+    return HealthCheck(
         proxy_port=port, probe_url=url, expect_status=204, timeout_seconds=kw.get("timeout", 2.0)
     )
 
@@ -132,7 +133,7 @@ def test_the_real_and_the_fake_prober_satisfy_the_protocol(proxy: ProxyStub) -> 
 
 def test_the_fake_prober_records_calls_and_defaults_to_unhealthy() -> None:
     fake = FakeProber({"10.0.0.5": ProbeResult(ok=True, status=204)})
-    h = Health()
+    h = HealthCheck()
     assert fake.probe("10.0.0.5", h).ok
     assert not fake.probe("10.0.0.6", h).ok
     assert fake.calls == [("10.0.0.5", h), ("10.0.0.6", h)]
@@ -198,6 +199,6 @@ def test_a_timeout_that_is_not_a_sane_number_becomes_the_maximum(timeout: float)
 
 
 def test_the_prober_never_raises_even_on_an_unexpected_error() -> None:
-    bad = Health(proxy_port=70000, probe_url="http://probe.invalid/", timeout_seconds=1.0)
+    bad = HealthCheck(proxy_port=70000, probe_url="http://probe.invalid/", timeout_seconds=1.0)
     result = HttpProber().probe("127.0.0.1", bad)
     assert not result.ok and result.error

@@ -7,14 +7,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from daemonutil import running, wait_until
+from daemonutil import real_daemon, running, wait_until
 from gitutil import Remote, git, make_remote
 from reports import report
 
 from reconciler.adapters.git.statuswriter import GitStatusWriter, Published
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.core.status import statusdoc
-from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings, StatusSettings
 
@@ -143,7 +142,7 @@ def test_a_malformed_status_on_the_branch_does_not_end_the_daemon(
         calls.append(1)
         return report(minute=len(calls), reachable=len(calls) % 2 == 0)
 
-    daemon = Daemon(
+    daemon = real_daemon(
         settings,
         cycle,
         metrics=Metrics(),
@@ -164,7 +163,7 @@ class ExplodingSink:
 
 def test_a_status_writer_that_raises_is_counted_and_the_daemon_goes_on(tmp_path: Path) -> None:
     settings = DaemonSettings(listen=ListenSettings(port=0), interval=3600)
-    daemon = Daemon(
+    daemon = real_daemon(
         settings,
         lambda stop: report(),
         metrics=Metrics(),

@@ -16,9 +16,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.adapters.coordination.fleetlock import LockService, this_process
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
@@ -27,6 +27,10 @@ from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
+
+if TYPE_CHECKING:  # libvirt loads only when a host is built
+    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+    from reconciler.adapters.hypervisor.libvirtrpc import RpcObserver
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -117,17 +121,21 @@ def lock_service(settings: DaemonSettings, state: Path, *, role: str) -> LockSer
         raise ConfigError(f"coordination.url: {exc}") from exc
 
 
-def host_factory(ssh: SshSettings, *, fleet: str | None = None) -> Callable[[Host], Hypervisor]:
-    """Builds a lazily dialling LibvirtHost per host (nothing connects until first use).
+def host_factory(
+    ssh: SshSettings, *, fleet: str | None = None, observer: RpcObserver | None = None
+) -> Callable[[Host], LibvirtHost]:
+    """The one place a real host adapter is built: a lazily dialling LibvirtHost per host
+    (nothing connects until first use), for every command and the daemon.
 
     ``fleet``: the pinned fleet id; a delete refuses domains of any other fleet.
+    ``observer``: told the duration of every libvirt call (the daemon's metrics).
     """
     from reconciler.adapters.hypervisor.libvirthost import (
         LibvirtHost,  # libvirt loads only when needed
     )
 
-    def make(host: Host) -> Hypervisor:
-        return LibvirtHost(host, ssh, fleet=fleet)
+    def make(host: Host) -> LibvirtHost:
+        return LibvirtHost(host, ssh, observer=observer, fleet=fleet)
 
     return make
 

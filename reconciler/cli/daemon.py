@@ -12,10 +12,11 @@ from typing import Any
 from reconciler.adapters.coordination.fleetlock import LockService
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
-from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
+from reconciler.cli.common import host_factory as real_hosts
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
@@ -23,11 +24,11 @@ from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
 from reconciler.engine.leadership import Leadership
+from reconciler.engine.parts import DaemonParts
 from reconciler.engine.pool import HostFactory
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import ConfigError
-from reconciler.model import Host
 from reconciler.model.settings import ApplySettings, DaemonSettings
 
 
@@ -65,16 +66,7 @@ def build_engine(
     from reconciler.adapters.surface.probe import HttpProber
 
     if host_factory is None:
-        from reconciler.adapters.hypervisor.libvirthost import (
-            LibvirtHost,  # libvirt loads only here
-        )
-
-        def make_host(host: Host) -> Hypervisor:
-            return LibvirtHost(
-                host, settings.ssh, observer=metrics.observe_rpc, fleet=settings.fleet
-            )
-
-        host_factory = make_host
+        host_factory = real_hosts(settings.ssh, fleet=settings.fleet, observer=metrics.observe_rpc)
     return Engine(
         fenced(host_factory, held),
         images=images
@@ -145,16 +137,14 @@ def serve(
         leadership=leadership,
     )
     try:
-        daemon = Daemon(
-            settings,
-            cycle,
+        parts = DaemonParts(
             metrics=metrics,
-            status=status,
+            surface=lambda endpoints: HttpApi(settings.listen, endpoints),
             notifier=notifier if notifier is not None else SdNotify(),
-            stop=stop,
-            progress=engine.runtime.progress,
+            status=status,
             leadership=leadership,
         )
+        daemon = Daemon(settings, cycle, parts, runtime=engine.runtime)
     except OSError as exc:
         print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
         engine.close()

@@ -25,6 +25,7 @@ from reconciler.cli.common import (
     add_repo_argument,
     config_error,
     daemon_settings,
+    host_factory,
     load_repo_or_complain,
     ssh_settings,
     table,
@@ -117,15 +118,12 @@ def largest_vm(repo: Repo) -> Need:
 def check_hosts(
     hosts: list[Host], ssh: SshSettings, *, need_uefi: bool, need: Need | None = None
 ) -> list[HostReport]:
-    from reconciler.adapters.hypervisor.libvirthost import (
-        LibvirtHost,  # libvirt loads only when needed
-    )
-
+    make = host_factory(ssh)
     reports: dict[str, HostReport] = {}
     lock = threading.Lock()
 
     def check(host: Host) -> None:
-        adapter = LibvirtHost(host, ssh)
+        adapter = make(host)
         try:
             report = adapter.host_check(need_uefi=need_uefi, need=need)
         finally:

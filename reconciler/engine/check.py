@@ -41,9 +41,13 @@ class ProbeOutcome(Protocol):
 
 
 class Prober(Protocol):
-    """Sends one request through the proxy at ``ip`` as ``health`` describes."""
+    """Sends one request through the proxy at ``ip`` as ``health`` describes: the one
+    probing seam (``HttpProber`` and ``FakeProber`` in reconciler.adapters.surface.probe)."""
 
-    def probe(self, ip: str, health: fleet.Health) -> ProbeOutcome: ...
+    def probe(self, ip: str, health: fleet.HealthCheck) -> ProbeOutcome:
+        """Never raises for network failures. Cost: one TCP connection, at most
+        ``health.timeout_seconds`` in all."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class VmHealth:
 def check_vm(
     host: Hypervisor,
     domain: str,
-    health: fleet.Health,
+    health: fleet.HealthCheck,
     prober: Prober,
     *,
     wait: float,
@@ -83,7 +87,7 @@ def check_vm(
 
 
 def _look_once(
-    host: Hypervisor, domain: str, health: fleet.Health, prober: Prober
+    host: Hypervisor, domain: str, health: fleet.HealthCheck, prober: Prober
 ) -> tuple[VmHealth, bool]:
     """One look; the flag says whether waiting longer could change the answer."""
     try:
@@ -284,7 +288,7 @@ def _check_target(
     proxy = repo.proxy(status.name)
     if hypervisor is None:
         return status
-    health = proxy.health if proxy is not None else fleet.Health()
+    health = proxy.health if proxy is not None else fleet.HealthCheck()
     wait = settings.ip_wait_timeout if target.fresh else 0.0
     checked = check_vm(
         hypervisor, status.domain, health, prober, wait=wait, settings=settings, runtime=runtime

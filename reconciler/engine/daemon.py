@@ -16,24 +16,21 @@ interval takes over once every new VM is healthy or no longer new.
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.git.source import Checkout, Source
-from reconciler.adapters.git.statuswriter import StatusSink
-from reconciler.adapters.surface.httpapi import Endpoints, HttpApi
-from reconciler.adapters.surface.metrics import CONTENT_TYPE, Metrics
-from reconciler.adapters.surface.notify import SdNotify
+from reconciler.adapters.surface.httpapi import Endpoints
+from reconciler.core.status.conditions import run_failed, stalled
 from reconciler.engine.leadership import Leadership, fleet_id
-from reconciler.engine.runtime import Progress
+from reconciler.engine.parts import DaemonParts
+from reconciler.engine.runtime import Runtime
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
-from reconciler.model.report import Condition, RunReport, RunResult
+from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings
 
 log = logging.getLogger(__name__)
@@ -123,11 +120,7 @@ def source_stalled(
         result=RunResult.STALLED,
         revision=revision,
         problems=(message,),
-        conditions=(
-            Condition("Ready", False, reason, message),
-            Condition("Reconciling", False, reason, message),
-            Condition("Stalled", True, reason, message),
-        ),
+        conditions=stalled(reason, message),
     )
 
 
@@ -138,51 +131,45 @@ class Daemon:
         self,
         settings: DaemonSettings,
         cycle: Cycle,
+        parts: DaemonParts,
         *,
-        metrics: Metrics,
-        status: StatusSink | None = None,
-        notifier: SdNotify | None = None,
-        stop: threading.Event | None = None,
-        clock: Callable[[], datetime] = utc_now,
-        monotonic: Callable[[], float] = time.monotonic,
-        rand: Callable[[], float] = random.random,
+        runtime: Runtime | None = None,
         handle_signals: bool = True,
         follow_up: float = FOLLOW_UP,
-        progress: Progress | None = None,
-        leadership: Leadership | None = None,
     ) -> None:
+        """``runtime``: time, chance, the stop flag and the engine's progress (share the
+        engine's, so that the watchdog sees actions finish); the real ones by default."""
+        runtime = runtime if runtime is not None else Runtime.interruptible()
         self.settings = settings
-        self.leadership = leadership
-        """Who acts for the fleet; None: this daemon always acts (no lock, tests)."""
-        self.stop = stop if stop is not None else threading.Event()
+        self.leadership = parts.leadership
+        self.stop = runtime.stop
         self.triggers = TriggerQueue()
-        self.metrics = metrics
+        self.metrics = parts.metrics
         self.reports: list[RunReport] = []
         """Reports of the last cycles, newest last; appended once metrics and status are written."""
         self._cycle = cycle
-        self._status = status
-        self._notifier = notifier if notifier is not None else SdNotify({})
-        self._clock = clock
-        self._monotonic = monotonic
-        self._schedule = IntervalSchedule(settings.interval, settings.jitter, random=rand)
+        self._status = parts.status
+        self._notifier = parts.notifier
+        self._clock = runtime.clock
+        self._monotonic = runtime.monotonic
+        self._schedule = IntervalSchedule(settings.interval, settings.jitter, random=runtime.random)
         self._handle_signals = handle_signals
         self._follow_up = max(follow_up, 0.0)
         self.next_wait: tuple[float, str] | None = None
         """Seconds from the end of the last run to the next scheduled one, and its reason."""
-        self._started_at = monotonic()
+        self._started_at = self._monotonic()
         self._last_completed: float | None = None
         self._cycle_started: float | None = None
-        self._progress = progress
+        self._progress = runtime.progress
         self._lock = threading.Lock()
-        self.http = HttpApi(
-            settings.listen,
+        self.http = parts.surface(
             Endpoints(
-                metrics=metrics.exposition,
-                metrics_content_type=CONTENT_TYPE,
+                metrics=self.metrics.exposition,
+                metrics_content_type=self.metrics.content_type,
                 health=self.health,
                 hook=lambda: self.triggers.fire("webhook"),
                 secret=self._webhook_secret,
-            ),
+            )
         )
 
     # -- what the HTTP endpoint and the watchdog ask -------------------------
@@ -209,7 +196,7 @@ class Daemon:
             started = self._cycle_started
         if started is None:
             return True
-        last = self._progress.last if self._progress is not None else None
+        last = self._progress.last
         if last is not None and last > started:
             started = last
         hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
@@ -367,11 +354,7 @@ def _failed(exc: Exception, *, started: datetime, finished: datetime) -> RunRepo
         finished=finished,
         result=RunResult.FAILED,
         problems=(message,),
-        conditions=(
-            Condition("Ready", False, "RunFailed", message),
-            Condition("Reconciling", False, "RunFailed", message),
-            Condition("Stalled", False, "RunFailed", message),
-        ),
+        conditions=run_failed(message),
     )
 
 

@@ -47,8 +47,7 @@ from reconciler.engine.check import Prober, VmHealth, check_vm
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
-from reconciler.model import Action, Image, Owner, Plan
-from reconciler.model import Health as HealthSpec
+from reconciler.model import Action, HealthCheck, Image, Owner, Plan
 from reconciler.model.plan import (
     MUTATING,
     Cleanup,
@@ -349,7 +348,7 @@ class Executor:
         self._delete(self._host(old.host), old.domain, attempts)
 
     def _await_healthy(
-        self, host: Hypervisor, domain: str, health: HealthSpec
+        self, host: Hypervisor, domain: str, health: HealthCheck
     ) -> tuple[VmHealth, str]:
         """Wait up to replace_timeout for ``domain`` to pass its health check.
 

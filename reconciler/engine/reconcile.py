@@ -31,6 +31,7 @@ from reconciler.adapters.state.historystore import HistoryStore, MemoryHistorySt
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.plan.planner import plan as make_plan
+from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource
@@ -45,9 +46,7 @@ from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
-    Condition,
     Health,
-    HostStatus,
     ProxyStatus,
     RunReport,
     RunResult,
@@ -114,7 +113,7 @@ class Engine:
                 result=RunResult.FAILED,
                 revision=revision,
                 problems=(f"{type(exc).__name__}: {exc}",),
-                conditions=_failed_conditions(f"{type(exc).__name__}: {exc}"),
+                conditions=run_failed(f"{type(exc).__name__}: {exc}"),
             )
 
     def prepare(
@@ -242,11 +241,7 @@ def stalled_report(
         result=RunResult.STALLED,
         revision=revision,
         problems=tuple(problems),
-        conditions=(
-            Condition("Ready", False, reason, message),
-            Condition("Reconciling", False, reason, message),
-            Condition("Stalled", True, reason, message),
-        ),
+        conditions=stalled(reason, message),
     )
 
 
@@ -274,39 +269,12 @@ def build_report(
         proxies=tuple(proxies),
         hosts=hosts,
         conditions=(
-            *conditions(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
-            *day2_conditions(prepared.plan, halt),
+            *after_plan(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
+            *day2(prepared.plan, halt),
         ),
         suspended=suspended,
         halt=halt,
     )
-
-
-def day2_conditions(plan: Plan, halt: Halt | None) -> tuple[Condition, ...]:
-    """RolloutHalted and ProbePathSuspect, present only while they hold."""
-    found = []
-    if halt is not None:
-        found.append(
-            Condition(
-                "RolloutHalted",
-                True,
-                "NewVmUnhealthy",
-                f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}; no further replace of "
-                "this revision; the old VMs keep serving; a new commit resumes",
-            )
-        )
-    if plan.suspect_zones:
-        zones = ", ".join(plan.suspect_zones)
-        found.append(
-            Condition(
-                "ProbePathSuspect",
-                True,
-                "HalfAZoneFailing",
-                f"at least half of the proxies of zone(s) {zones} fail their probe at once; "
-                "none of them is replaced for it",
-            )
-        )
-    return tuple(found)
 
 
 NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
@@ -357,69 +325,6 @@ def _younger(recorded: str, now: datetime, window: float) -> bool:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return 0 <= (now - when).total_seconds() < window
-
-
-def conditions(
-    plan: Plan,
-    outcomes: Sequence[ActionOutcome],
-    proxies: Sequence[ProxyStatus],
-    hosts: Sequence[HostStatus],
-    *,
-    suspended: bool,
-) -> tuple[Condition, ...]:
-    """Ready / Reconciling / Stalled for a run that got as far as a plan.
-
-    Ready is True only when every planned action succeeded, nothing is
-    blocked, every host answered and every proxy passed its health check;
-    otherwise its reason names the first thing in that list that is wrong.
-    Reconciling is True while the fleet is expected to move on its own (a
-    retry is due, or changes were applied and are not ready yet). Stalled is
-    only ever True for a repo that does not load or that a guard refuses
-    (``stalled_report``; reconciler.engine.guards).
-    """
-    failed = sum(1 for o in outcomes if o.result is ActionResult.FAILED)
-    skipped = sum(1 for o in outcomes if o.result is ActionResult.SKIPPED)
-    blocked = len(plan.of_kind(ActionKind.BLOCKED))
-    unreachable = sum(1 for h in hosts if not h.reachable)
-    unhealthy = sum(1 for p in proxies if p.health is not Health.HEALTHY)
-    issues = [
-        ("ActionsFailed", failed, "action(s) failed"),
-        ("Interrupted", skipped, "action(s) skipped by a shutdown"),
-        ("Suspended", int(suspended), "policy.suspend is on"),
-        ("ActionsBlocked", blocked, "action(s) blocked by a safety rule"),
-        ("HostsUnreachable", unreachable, "host(s) unreachable"),
-        ("ProxiesUnhealthy", unhealthy, "proxy(ies) not healthy"),
-    ]
-    found = [(reason, f"{count} {text}") for reason, count, text in issues if count]
-    if found:
-        ready = Condition("Ready", False, found[0][0], "; ".join(text for _, text in found))
-    else:
-        ready = Condition("Ready", True, "Reconciled", f"{len(proxies)} proxy(ies) healthy")
-    applied = sum(1 for o in outcomes if o.result is ActionResult.SUCCEEDED)
-    if failed or skipped:
-        reconciling = Condition(
-            "Reconciling", True, "RetryPending", "the next run retries what did not succeed"
-        )
-    elif applied and not ready.status:
-        reconciling = Condition(
-            "Reconciling", True, "ChangesApplied", f"{applied} action(s) applied; not ready yet"
-        )
-    elif applied:
-        reconciling = Condition(
-            "Reconciling", False, "Converged", f"{applied} action(s) applied; the fleet matches"
-        )
-    else:
-        reconciling = Condition("Reconciling", False, "NoChanges", "nothing was applied")
-    stalled = Condition("Stalled", False, "Valid", "the fleet repo loaded")
-    return (ready, reconciling, stalled)
-
-
-def _failed_conditions(message: str) -> tuple[Condition, ...]:
-    return (
-        Condition("Ready", False, "RunFailed", message),
-        Condition("Reconciling", False, "RunFailed", message),
-        Condition("Stalled", False, "RunFailed", message),
-    )
 
 
 def _summary(plan: Plan) -> str:

@@ -207,7 +207,7 @@ class CloudInit:
 
 
 @dataclass(frozen=True, slots=True)
-class Health:
+class HealthCheck:
     proxy_port: int = 3128
     probe_url: str = "http://connectivitycheck.gstatic.com/generate_204"
     expect_status: int = 204
@@ -231,7 +231,7 @@ class Proxy:
     placement: Placement
     cloud_init: CloudInit = CloudInit()
     install_guest_agent: bool = True
-    health: Health = Health()
+    health: HealthCheck = HealthCheck()
     lifecycle: Lifecycle = Lifecycle()
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from reconciler.model.fleet import CloudInit, Health, Host, Image, MachineType
+from reconciler.model.fleet import CloudInit, HealthCheck, Host, Image, MachineType
 from reconciler.model.inventory import Owner
 
 
@@ -70,7 +70,7 @@ class NewVm:
     cloud_init: CloudInit
     install_guest_agent: bool
     protect: bool
-    health: Health
+    health: HealthCheck
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +79,7 @@ class Keeper:
 
     host: str
     domain: str
-    health: Health
+    health: HealthCheck
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

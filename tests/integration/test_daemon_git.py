@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from daemonutil import http, running, wait_until
+from daemonutil import http, real_daemon, running, wait_until
 from enginefakes import FakeImages, FakeProber, FakeTime, LocalFakeHost
 from gitutil import Remote, git, make_remote
 from hostservices import Sshd, make_keys
@@ -108,7 +108,7 @@ def build(remote: Remote, url: str, tmp_path: Path, repo: RepoSettings) -> Rig:
     )
     metrics = Metrics()
     source = ObservedSource(GitSource(repo, settings.state_dir / "repo"), metrics.source_result)
-    daemon = Daemon(
+    daemon = real_daemon(
         settings,
         source_cycle(source, lambda root, rev: engine.reconcile_once(root, revision=rev)),
         metrics=metrics,

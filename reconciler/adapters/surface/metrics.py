@@ -26,6 +26,9 @@ CONDITIONS = ("Ready", "Reconciling", "Stalled", "RolloutHalted", "ProbePathSusp
 class Metrics:
     """Every proxyfleet_* series; thread-safe between ``record`` and a scrape."""
 
+    content_type = CONTENT_TYPE
+    """The media type of ``exposition`` (Prometheus text format)."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()

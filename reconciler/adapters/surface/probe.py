@@ -26,9 +26,8 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from reconciler.model.fleet import Health
+from reconciler.model.fleet import HealthCheck
 
 log = logging.getLogger(__name__)
 
@@ -65,22 +64,13 @@ class ProbeResult:
         return self.error or "probe failed"
 
 
-class Prober(Protocol):
-    def probe(self, ip: str, health: Health) -> ProbeResult:
-        """Send one request through the proxy at ``ip``. Never raises for network failures.
-
-        Cost: one TCP connection, at most ``health.timeout_seconds`` in all.
-        """
-        ...
-
-
 class HttpProber:
-    """The real prober (``Prober``)."""
+    """The real prober (``reconciler.engine.check.Prober``)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
 
-    def probe(self, ip: str, health: Health) -> ProbeResult:
+    def probe(self, ip: str, health: HealthCheck) -> ProbeResult:
         result = probe(ip, health, clock=self._clock)
         log.debug(
             "Probe through %s:%d: %s in %.0f ms",
@@ -103,16 +93,18 @@ class FakeProber:
     ) -> None:
         self.results: dict[str, ProbeResult] = dict(results or {})
         self.default = default or ProbeResult(ok=False, error="no proxy answers at this address")
-        self.calls: list[tuple[str, Health]] = []
+        self.calls: list[tuple[str, HealthCheck]] = []
         self._lock = threading.Lock()
 
-    def probe(self, ip: str, health: Health) -> ProbeResult:
+    def probe(self, ip: str, health: HealthCheck) -> ProbeResult:
         with self._lock:
             self.calls.append((ip, health))
             return self.results.get(ip, self.default)
 
 
-def probe(ip: str, health: Health, *, clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+def probe(
+    ip: str, health: HealthCheck, *, clock: Callable[[], float] = time.monotonic
+) -> ProbeResult:
     """``GET health.probe_url`` through the proxy at ``ip:health.proxy_port``; never raises."""
     started = clock()
     try:
@@ -129,7 +121,9 @@ def deadline_seconds(timeout: float) -> float:
     return timeout
 
 
-def _probe(ip: str, health: Health, *, started: float, clock: Callable[[], float]) -> ProbeResult:
+def _probe(
+    ip: str, health: HealthCheck, *, started: float, clock: Callable[[], float]
+) -> ProbeResult:
     target = urllib.parse.urlsplit(health.probe_url)
     scheme = target.scheme.lower()
     if scheme not in ("http", "https") or not target.hostname:

@@ -29,7 +29,7 @@ from reconciler.model.fleet import (
     DriftMode,
     Firmware,
     Fleet,
-    Health,
+    HealthCheck,
     Host,
     HostNetwork,
     Image,
@@ -290,7 +290,7 @@ def _proxy(document: Document) -> Proxy:
     placement = spec["placement"]
     cloud = spec.get("cloudInit", {})
     health = spec.get("health", {})
-    default_health = Health()
+    default_health = HealthCheck()
     labels = data["metadata"].get("labels", {})
     annotations = data["metadata"].get("annotations", {})
     return Proxy(
@@ -307,7 +307,7 @@ def _proxy(document: Document) -> Proxy:
             network_config=cloud.get("networkConfig"),
         ),
         install_guest_agent=spec.get("installGuestAgent", True),
-        health=Health(
+        health=HealthCheck(
             proxy_port=health.get("proxyPort", default_health.proxy_port),
             probe_url=health.get("probeURL", default_health.probe_url),
             expect_status=health.get("expectStatus", default_health.expect_status),

@@ -1,0 +1,125 @@
+"""Ready / Reconciling / Stalled: the conditions of a run, built in one place. Pure.
+
+Every RunReport carries the three conditions, in that order, as Kubernetes
+(and Flux) name them: ``after_plan`` for a run that got as far as a plan,
+``stalled`` for one whose input was refused before anything was planned,
+``run_failed`` for a cycle that crashed; ``day2`` adds RolloutHalted and
+ProbePathSuspect while they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reconciler.model.history import Halt
+from reconciler.model.plan import ActionKind, Plan
+from reconciler.model.report import (
+    ActionOutcome,
+    ActionResult,
+    Condition,
+    Health,
+    HostStatus,
+    ProxyStatus,
+)
+
+Conditions = tuple[Condition, ...]
+
+
+def stalled(reason: str, message: str) -> Conditions:
+    """Nothing attempted: the input (manifests, source, a guard) was refused."""
+    return (
+        Condition("Ready", False, reason, message),
+        Condition("Reconciling", False, reason, message),
+        Condition("Stalled", True, reason, message),
+    )
+
+
+def run_failed(message: str) -> Conditions:
+    """The cycle itself failed (a bug, or something no adapter classified)."""
+    return (
+        Condition("Ready", False, "RunFailed", message),
+        Condition("Reconciling", False, "RunFailed", message),
+        Condition("Stalled", False, "RunFailed", message),
+    )
+
+
+def after_plan(
+    plan: Plan,
+    outcomes: Sequence[ActionOutcome],
+    proxies: Sequence[ProxyStatus],
+    hosts: Sequence[HostStatus],
+    *,
+    suspended: bool,
+) -> Conditions:
+    """Ready / Reconciling / Stalled for a run that got as far as a plan.
+
+    Ready is True only when every planned action succeeded, nothing is
+    blocked, every host answered and every proxy passed its health check;
+    otherwise its reason names the first thing in that list that is wrong.
+    Reconciling is True while the fleet is expected to move on its own (a
+    retry is due, or changes were applied and are not ready yet). Stalled is
+    only ever True for a repo that does not load or that a guard refuses
+    (``stalled``: reconciler.engine.guards and the loader).
+    """
+    failed = sum(1 for o in outcomes if o.result is ActionResult.FAILED)
+    skipped = sum(1 for o in outcomes if o.result is ActionResult.SKIPPED)
+    blocked = len(plan.of_kind(ActionKind.BLOCKED))
+    unreachable = sum(1 for h in hosts if not h.reachable)
+    unhealthy = sum(1 for p in proxies if p.health is not Health.HEALTHY)
+    issues = [
+        ("ActionsFailed", failed, "action(s) failed"),
+        ("Interrupted", skipped, "action(s) skipped by a shutdown"),
+        ("Suspended", int(suspended), "policy.suspend is on"),
+        ("ActionsBlocked", blocked, "action(s) blocked by a safety rule"),
+        ("HostsUnreachable", unreachable, "host(s) unreachable"),
+        ("ProxiesUnhealthy", unhealthy, "proxy(ies) not healthy"),
+    ]
+    found = [(reason, f"{count} {text}") for reason, count, text in issues if count]
+    if found:
+        ready = Condition("Ready", False, found[0][0], "; ".join(text for _, text in found))
+    else:
+        ready = Condition("Ready", True, "Reconciled", f"{len(proxies)} proxy(ies) healthy")
+    applied = sum(1 for o in outcomes if o.result is ActionResult.SUCCEEDED)
+    if failed or skipped:
+        reconciling = Condition(
+            "Reconciling", True, "RetryPending", "the next run retries what did not succeed"
+        )
+    elif applied and not ready.status:
+        reconciling = Condition(
+            "Reconciling", True, "ChangesApplied", f"{applied} action(s) applied; not ready yet"
+        )
+    elif applied:
+        reconciling = Condition(
+            "Reconciling", False, "Converged", f"{applied} action(s) applied; the fleet matches"
+        )
+    else:
+        reconciling = Condition("Reconciling", False, "NoChanges", "nothing was applied")
+    stalled = Condition("Stalled", False, "Valid", "the fleet repo loaded")
+    return (ready, reconciling, stalled)
+
+
+def day2(plan: Plan, halt: Halt | None) -> Conditions:
+    """RolloutHalted and ProbePathSuspect, present only while they hold."""
+    found = []
+    if halt is not None:
+        found.append(
+            Condition(
+                "RolloutHalted",
+                True,
+                "NewVmUnhealthy",
+                f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}; no further replace of "
+                "this revision; the old VMs keep serving; a new commit resumes",
+            )
+        )
+    if plan.suspect_zones:
+        zones = ", ".join(plan.suspect_zones)
+        found.append(
+            Condition(
+                "ProbePathSuspect",
+                True,
+                "HalfAZoneFailing",
+                f"at least half of the proxies of zone(s) {zones} fail their probe at once; "
+                "none of them is replaced for it",
+            )
+        )
+    return tuple(found)
