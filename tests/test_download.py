@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.adapters.hypervisor.download import CachedImage, ImageCache, check_url, redact
+from reconciler.adapters.hypervisor.download import CachedImage, ImageCache
+from reconciler.adapters.hypervisor.imageurls import check_url, redact
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image
 

@@ -45,6 +45,7 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
+from reconciler.core.status import statusdoc
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
@@ -300,19 +301,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
             }
             for o in report.outcomes
         ],
-        "proxies": [
-            {
-                "name": p.name,
-                "zone": p.zone,
-                "host": p.host,
-                "domain": p.domain,
-                "state": p.state,
-                "ip": p.ip,
-                "health": p.health.value,
-                "detail": p.detail,
-            }
-            for p in report.proxies
-        ],
+        "proxies": [statusdoc.proxy_entry(p) for p in report.proxies],
         "hosts": [
             {"name": h.name, "reachable": h.reachable, "error": h.error or None}
             for h in report.hosts

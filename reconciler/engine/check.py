@@ -297,3 +297,33 @@ def _check_target(
     if not checked.found:
         return replace(status, state="absent", health=Health.UNHEALTHY, detail=detail)
     return replace(status, ip=checked.ip, health=checked.health, detail=detail)
+
+
+def await_healthy(
+    host: Hypervisor,
+    domain: str,
+    health: fleet.HealthCheck,
+    prober: Prober,
+    *,
+    settings: ApplySettings,
+    runtime: Runtime,
+) -> tuple[VmHealth, str]:
+    """Wait up to ``settings.replace_timeout`` for ``domain`` to pass its health check.
+
+    Returns the check and "" when healthy, else the check and why not.
+    """
+    checked = check_vm(
+        host,
+        domain,
+        health,
+        prober,
+        wait=settings.replace_timeout,
+        settings=settings,
+        runtime=runtime,
+    )
+    if checked.health is Health.HEALTHY:
+        return checked, ""
+    why = checked.detail or "no health check passed"
+    if runtime.stop.is_set():
+        why = f"shutdown requested while waiting ({why})"
+    return checked, why

@@ -38,26 +38,18 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.engine.check import Prober, VmHealth, check_vm
+from reconciler.engine.check import Prober, VmHealth, await_healthy
+from reconciler.engine.once import OncePerRun
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
 from reconciler.model import Action, HealthCheck, Image, Owner, Plan
-from reconciler.model.plan import (
-    MUTATING,
-    Cleanup,
-    Create,
-    Delete,
-    Relabel,
-    Replace,
-    Start,
-)
-from reconciler.model.report import ActionOutcome, ActionResult, Health
+from reconciler.model.plan import MUTATING, Cleanup, Create, Delete, Relabel, Replace, Start
+from reconciler.model.report import ActionOutcome, ActionResult
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import MARKER_SUFFIX, VmSpec, base_volume_name
 
@@ -90,16 +82,6 @@ class NotHealthy(ActionFailed):
     """A replace's new VM did not pass its health check in time: the rollout halts."""
 
 
-@dataclass(slots=True)
-class _Once:
-    """A value computed by the first caller and shared (or its error re-raised)."""
-
-    lock: threading.Lock
-    done: bool = False
-    value: object = None
-    error: BaseException | None = None
-
-
 class Executor:
     """Carries out one plan. Build one per run: its image memo lives for one run."""
 
@@ -119,8 +101,7 @@ class Executor:
         self._revision = revision
         self._settings = settings
         self._runtime = runtime
-        self._memo_lock = threading.Lock()
-        self._memo: dict[tuple[str, ...], _Once] = {}
+        self._memo = OncePerRun()
 
     def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
         """One outcome per mutating action of ``plan``, in plan order.
@@ -254,13 +235,13 @@ class Executor:
     def _create(self, action: Create | Replace, host: Hypervisor, attempts: Attempts) -> None:
         vm, domain = action.vm, action.domain or ""
         image = vm.image
-        fetched = self._once(
+        fetched = self._memo.get(
             ("fetch", image.key),
             lambda: self._call(
                 f"fetch image {image.key}", lambda: self._images.fetch(image), attempts
             ),
         )
-        self._once(
+        self._memo.get(
             ("ensure", host.name, image.key),
             lambda: self._call(
                 f"upload image {image.key} to {host.name}",
@@ -328,7 +309,7 @@ class Executor:
         old, domain = action.replaces, action.domain or ""
         self._create(action, host, attempts)
         timeout = self._settings.replace_timeout
-        checked, why = self._await_healthy(host, domain, action.vm.health)
+        checked, why = self._healthy(host, domain, action.vm.health)
         if not checked.found:
             raise ActionFailed(
                 f"new VM {domain} on {host.name} was deleted by someone else while waiting "
@@ -347,28 +328,10 @@ class Executor:
         log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
         self._delete(self._host(old.host), old.domain, attempts)
 
-    def _await_healthy(
-        self, host: Hypervisor, domain: str, health: HealthCheck
-    ) -> tuple[VmHealth, str]:
-        """Wait up to replace_timeout for ``domain`` to pass its health check.
-
-        Returns the check and "" when healthy, else the check and why not.
-        """
-        checked = check_vm(
-            host,
-            domain,
-            health,
-            self._prober,
-            wait=self._settings.replace_timeout,
-            settings=self._settings,
-            runtime=self._runtime,
+    def _healthy(self, host: Hypervisor, domain: str, health: HealthCheck) -> tuple[VmHealth, str]:
+        return await_healthy(
+            host, domain, health, self._prober, settings=self._settings, runtime=self._runtime
         )
-        if checked.health is Health.HEALTHY:
-            return checked, ""
-        why = checked.detail or "no health check passed"
-        if self._runtime.stop.is_set():
-            why = f"shutdown requested while waiting ({why})"
-        return checked, why
 
     def _wait_for_keeper(self, action: Delete) -> None:
         """For a delete of a VM whose proxy keeps another VM: that VM must be healthy first."""
@@ -376,7 +339,7 @@ class Executor:
         if keeper is None or (keeper.host, keeper.domain) == (action.host, domain):
             return
         timeout = self._settings.replace_timeout
-        checked, why = self._await_healthy(self._host(keeper.host), keeper.domain, keeper.health)
+        checked, why = self._healthy(self._host(keeper.host), keeper.domain, keeper.health)
         if not checked.found:
             raise ActionFailed(
                 f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, was deleted "
@@ -407,21 +370,6 @@ class Executor:
         return call_with_retry(
             what, fn, settings=self._settings, runtime=self._runtime, attempts=attempts
         )
-
-    def _once(self, key: tuple[str, ...], fn: Callable[[], T]) -> T:
-        """``fn()`` once per key and run; concurrent callers wait for the first."""
-        with self._memo_lock:
-            entry = self._memo.setdefault(key, _Once(threading.Lock()))
-        with entry.lock:
-            if not entry.done:
-                try:
-                    entry.value = fn()
-                except Exception as exc:  # noqa: BLE001 - re-raised to every caller below
-                    entry.error = exc
-                entry.done = True
-        if entry.error is not None:
-            raise entry.error
-        return entry.value  # type: ignore[return-value]
 
     def _host(self, name: str | None) -> Hypervisor:
         host = self._hosts.get(name or "")

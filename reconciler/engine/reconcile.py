@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.adapters.hypervisor.download import check_url
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.hypervisor.imageurls import check_url
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits

@@ -34,9 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import secrets
-import socket
 import threading
 import time
 import urllib.parse
@@ -48,7 +46,14 @@ from typing import Any
 from etcd3gw.exceptions import Etcd3Exception
 from tooz import ToozError, coordination
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, Holder, utc_now
+from reconciler.adapters.coordination.fleetlock import (
+    FleetLock,
+    Holder,
+    holder_caps,
+    holder_from_caps,
+    holder_gone,
+    utc_now,
+)
 from reconciler.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -95,38 +100,6 @@ def driver_url(url: str, ttl: float) -> str:
 def _why(exc: BaseException) -> str:
     """The etcd client's exceptions often have no text: name the type then."""
     return str(exc) or type(exc).__name__
-
-
-def _caps(holder: Holder) -> dict[str, Any]:
-    return {
-        "box": holder.box,
-        "pid": holder.pid,
-        "role": holder.role,
-        "since": holder.since.isoformat() if holder.since else "",
-    }
-
-
-def _holder(caps: object) -> Holder | None:
-    if not isinstance(caps, dict):
-        return None
-    try:
-        since = datetime.fromisoformat(str(caps.get("since") or ""))
-        return Holder(str(caps["box"]), int(caps["pid"]), str(caps.get("role", "?")), since)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _gone(holder: Holder) -> bool:
-    """True for a member of this box whose process no longer runs (a file-backend leftover)."""
-    if holder.box != socket.gethostname():
-        return False
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 class ToozFleetLock:
@@ -227,7 +200,11 @@ class ToozFleetLock:
         except (*FAILURES, CoordinationError) as exc:
             log.debug("Cannot read the holder of fleet %s: %s", self.fleet, _why(exc))
             return None
-        found = [h for h in map(_holder, members.values()) if h is not None and not _gone(h)]
+        found = [
+            h
+            for h in map(holder_from_caps, members.values())
+            if h is not None and not holder_gone(h)
+        ]
         return max(found, key=lambda h: h.since or datetime.min, default=None)
 
     # -- internals -------------------------------------------------------------
@@ -306,7 +283,7 @@ class ToozFleetLock:
 
     def _publish(self, coord: coordination.CoordinationDriver, me: Holder) -> None:
         """Record who holds the lock (best effort: the lock is ours either way)."""
-        caps = _caps(me)
+        caps = holder_caps(me)
         try:
             coord.heartbeat()  # a membership lease that ran out while idle is renewed first
             with contextlib.suppress(coordination.GroupAlreadyExist):

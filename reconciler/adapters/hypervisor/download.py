@@ -33,30 +33,23 @@ import http.client
 import json
 import logging
 import os
-import ssl
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISREG
 from typing import IO
 
-from reconciler import __version__
+from reconciler.adapters.hypervisor.imageurls import check_url, network_error, open_source, redact
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model.fleet import Image
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _PARTIAL_PREFIX = ".partial-"
 # A partial file untouched this long was left by a process that died mid-download.
 _STALE_PARTIAL_SECONDS = 6 * 3600
-_TRANSIENT_HTTP = frozenset({408, 425, 429})
 DEFAULT_MAX_BYTES = 16 * 1024**3
 """Bytes: the largest image the cache downloads (16 GiB; cloud images are under 1 GiB)."""
 
@@ -194,7 +187,7 @@ class ImageCache:
         size = 0
         started = last = self._clock()
         log.info("Image %s: downloading %s.", image.key, redact(image.url))
-        with _open_source(image, timeout=self._timeout, allowed=self._allowed) as (source, length):
+        with open_source(image, timeout=self._timeout, allowed=self._allowed) as (source, length):
             if length is not None and length > self._max_bytes:
                 raise PermanentError(
                     f"image {image.key}: {redact(image.url)} is {length} bytes, "
@@ -249,129 +242,15 @@ class ImageCache:
             log.warning("Image cache: cannot write the sidecar of %s: %s", final, exc)
 
 
-def check_url(url: str, *, allowed_file_dirs: Sequence[Path] = ()) -> None:
-    """Refuse any URL the cache would not fetch (PermanentError naming the rule)."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "https":
-        return
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise PermanentError(f"file URL {redact(url)} names a remote host")
-        allowed_file(url, allowed_file_dirs)
-        return
-    if scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS:
-        return
-    raise PermanentError(
-        f"image URL {redact(url)} is not https:// or file:// "
-        "(plain http:// is allowed to 127.0.0.1/localhost only)"
-    )
-
-
-def allowed_file(url: str, allowed_file_dirs: Sequence[Path]) -> Path:
-    """The real path of a ``file://`` URL when it lies below an allow-listed directory.
-
-    Links are resolved first, so a link inside an allowed directory that
-    points out of it is refused too.
-    """
-    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-    real = Path(os.path.realpath(path))
-    for directory in allowed_file_dirs:
-        base = Path(os.path.realpath(directory))
-        if real.is_relative_to(base) and real != base:
-            return real
-    allowed = ", ".join(str(d) for d in allowed_file_dirs) or "none"
-    raise PermanentError(
-        f"file URL {redact(url)} is outside the directories the daemon config allows "
-        f"for images (images.allowFileDirs: {allowed})"
-    )
-
-
-def redact(url: str) -> str:
-    """The URL without credentials, query or fragment: safe for a log line."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect only to a URL the cache would fetch directly."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: http.client.HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(newurl).scheme.lower() == "file":
-            raise PermanentError(f"redirect to {redact(newurl)} refused")
-        check_url(newurl)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-@contextlib.contextmanager
-def _open_source(
-    image: Image, *, timeout: float, allowed: Sequence[Path]
-) -> Iterator[tuple[IO[bytes], int | None]]:
-    """The byte stream of ``image.url`` and its length when known."""
-    parts = urllib.parse.urlsplit(image.url)
-    if parts.scheme.lower() == "file":
-        path = allowed_file(image.url, allowed)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            raise PermanentError(f"image {image.key}: cannot open {path}: {exc}") from exc
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not S_ISREG(info.st_mode):
-                raise PermanentError(f"image {image.key}: {path} is not a regular file")
-            yield handle, info.st_size
-        return
-    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
-    if (parts.hostname or "") in LOOPBACK_HOSTS:
-        handlers.append(urllib.request.ProxyHandler({}))
-    opener = urllib.request.build_opener(*handlers)
-    request = urllib.request.Request(image.url, headers={"User-Agent": f"proxyfleet/{__version__}"})
-    try:
-        response = opener.open(request, timeout=timeout)
-    except HostError:
-        raise
-    except urllib.error.HTTPError as exc:
-        cls = TransientError if exc.code >= 500 or exc.code in _TRANSIENT_HTTP else PermanentError
-        raise cls(f"image {image.key}: {redact(image.url)} answered HTTP {exc.code}") from exc
-    except urllib.error.URLError as exc:
-        raise _network_error(image, exc.reason) from exc
-    except (OSError, http.client.HTTPException) as exc:
-        raise _network_error(image, exc) from exc
-    with response:
-        length = response.headers.get("Content-Length")
-        yield response, int(length) if length and length.isdigit() else None
-
-
 def _chunks(image: Image, source: IO[bytes], chunk_size: int) -> Iterator[bytes]:
     while True:
         try:
             chunk = source.read(chunk_size)
         except (OSError, http.client.HTTPException) as exc:
-            raise _network_error(image, exc) from exc
+            raise network_error(image, exc) from exc
         if not chunk:
             return
         yield chunk
-
-
-def _network_error(image: Image, reason: object) -> HostError:
-    where = f"image {image.key}: fetching {redact(image.url)}"
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return PermanentError(f"{where}: TLS certificate refused: {reason}")
-    if isinstance(reason, (OSError, http.client.HTTPException, TimeoutError)):
-        return TransientError(f"{where}: {str(reason) or type(reason).__name__}")
-    return PermanentError(f"{where}: {reason}")
 
 
 def _local_error(image: Image, path: Path, exc: OSError) -> HostError:

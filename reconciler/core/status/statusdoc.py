@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from reconciler.core.load.yamlload import load_documents
 from reconciler.model.plan import ActionKind, Blocked
-from reconciler.model.report import ActionResult, RunReport, RunResult
+from reconciler.model.report import ActionResult, ProxyStatus, RunReport, RunResult
 
 API_VERSION = "proxyfleet/v1"
 KIND = "FleetStatus"
@@ -56,6 +56,20 @@ def run_entry(report: RunReport) -> Doc:
     }
 
 
+def proxy_entry(p: ProxyStatus) -> Doc:
+    """A proxy's status as plain values: the one shape status.yaml and ``--json`` print."""
+    return {
+        "name": p.name,
+        "zone": p.zone,
+        "host": p.host,
+        "domain": p.domain,
+        "state": p.state,
+        "ip": p.ip,
+        "health": p.health.value,
+        "detail": p.detail,
+    }
+
+
 def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequence[Doc]) -> Doc:
     """The new document. ``runs`` is the history, newest first, this run included."""
     prev = previous or {}
@@ -80,16 +94,7 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
         )
     proxies = []
     for p in sorted(report.proxies, key=lambda p: p.name):
-        entry: Doc = {
-            "name": p.name,
-            "zone": p.zone,
-            "host": p.host,
-            "domain": p.domain,
-            "state": p.state,
-            "ip": p.ip,
-            "health": p.health.value,
-            "detail": p.detail,
-        }
+        entry = proxy_entry(p)
         old = prev_proxies.get(p.name, {})
         same = all(old.get(k) == entry[k] for k in ("host", "domain", "state", "health"))
         entry["since"] = old.get("since", when) if same else when
