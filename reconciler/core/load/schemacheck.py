@@ -25,6 +25,9 @@ from reconciler.errors import Problem
 
 SCHEMA_FILES = {"Fleet": "fleet.schema.json", "Proxy": "proxy.schema.json"}
 """Schema file of each manifest kind, in the ``schemas/`` directory shipped with the package."""
+DAEMON = "Daemon"
+"""The daemon config's schema (not a manifest kind: a fleet repo cannot hold one)."""
+_FILES = {**SCHEMA_FILES, DAEMON: "daemon.schema.json"}
 
 SECRET_FIELDS: tuple[FieldPath, ...] = (("spec", "cloudInit"),)
 """Fields whose values may carry secrets (passwords in userData): an error below one of
@@ -43,14 +46,15 @@ _TYPE_NAMES = {
 
 @cache
 def schema(kind: str) -> dict[str, Any]:
-    """The parsed JSON Schema of a manifest kind (``Fleet`` or ``Proxy``)."""
-    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILES[kind]).read_text("utf-8")
+    """The parsed JSON Schema of a manifest kind (``Fleet`` or ``Proxy``) or ``DAEMON``."""
+    text = resources.files("reconciler").joinpath("schemas", _FILES[kind]).read_text("utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
 
 @cache
-def _validator(kind: str) -> Draft202012Validator:
+def validator(kind: str) -> Draft202012Validator:
+    """The cached draft 2020-12 validator of ``schema(kind)``."""
     return Draft202012Validator(schema(kind))
 
 
@@ -69,7 +73,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 def check(document: Document, kind: str) -> list[Problem]:
     """Every schema problem of ``document`` validated as ``kind``."""
-    errors = list(_validator(kind).iter_errors(document.data))
+    errors = list(validator(kind).iter_errors(document.data))
     # "unknown field 'imgae' (did you mean 'image'?)" already says image is missing.
     suggested: set[FieldPath] = set()
     for error in errors:

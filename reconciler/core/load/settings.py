@@ -1,23 +1,21 @@
 """Load and validate the daemon config (/etc/proxyfleet/proxyfleet.yaml).
 
-The file is checked against ``schemas/daemon.schema.json``; every problem is
+The file is checked against ``schemas/daemon.schema.json``, loaded and validated by the
+manifests' machinery (``schemacheck.validator``); every problem is
 reported at once as ``file:line:col: field: message`` in a ConfigError.
 Relative paths in the file are taken relative to the file's directory.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import ValidationError
 
 from reconciler.core.load import durations
-from reconciler.core.load.schemacheck import did_you_mean
+from reconciler.core.load.schemacheck import DAEMON, did_you_mean, validator
 from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
@@ -34,13 +32,6 @@ from reconciler.model.settings import (
 )
 
 DEFAULT_CONFIG = Path("/etc/proxyfleet/proxyfleet.yaml")
-SCHEMA_FILE = "daemon.schema.json"
-
-
-@cache
-def _validator() -> Draft202012Validator:
-    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
-    return Draft202012Validator(json.loads(text))
 
 
 def load_settings(path: Path = DEFAULT_CONFIG) -> DaemonSettings:
@@ -62,7 +53,7 @@ def parse_settings(text: str, *, name: str, base: Path) -> DaemonSettings:
         raise ConfigError(str(Problem(name, 1, 1, "", "the config must be one YAML mapping")))
     doc = documents[0]
     found = sorted(
-        (_problem(doc, err) for err in _validator().iter_errors(doc.data)),
+        (_problem(doc, err) for err in validator(DAEMON).iter_errors(doc.data)),
         key=lambda p: (p.line, p.column, p.field),
     )
     if found:
