@@ -44,7 +44,7 @@ from benchmarks.common import (
 )
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.core.load.manifests import load_repo
-from reconciler.core.naming import domain_name
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.planner import plan
 from reconciler.core.render.domainxml import domain_xml
@@ -77,7 +77,7 @@ def owned_xml(repo: Repo) -> dict[str, str]:
     pool_dir = "/var/lib/libvirt/images"
     xml = {}
     for proxy in repo.proxies:
-        image = fleet.image(proxy.placement.image)
+        image = resolve_image(fleet, proxy.placement.image)
         machine = fleet.machine_type(proxy.placement.machine_type)
         assert image is not None and machine is not None
         digest = proxy_digest(proxy, host, image=image, machine_type=machine)

@@ -25,7 +25,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from reconciler.core.naming import domain_name
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.planner import plan
 from reconciler.model import (
@@ -83,7 +83,7 @@ def build(proxies: int, hosts: int, zones: int, drift: float) -> tuple[Repo, Inv
     for i, proxy in enumerate(proxy_list):
         zone_hosts = by_zone[proxy.placement.zone]
         host = zone_hosts[(i // zones) % len(zone_hosts)]
-        image = fleet.image(proxy.placement.image)
+        image = resolve_image(fleet, proxy.placement.image)
         machine = fleet.machine_type(proxy.placement.machine_type)
         assert image is not None and machine is not None
         digest = proxy_digest(proxy, host, image=image, machine_type=machine)

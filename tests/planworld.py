@@ -68,7 +68,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconciler.core.naming import domain_name
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import (
     ActionKind,
@@ -218,7 +218,7 @@ def desired_digest(repo: Repo, proxy_name: str, host_name: str) -> str:
     host = repo.fleet.host(host_name)
     assert proxy is not None, f"no proxy {proxy_name} in the case"
     assert host is not None, f"no host {host_name} in the case"
-    image = repo.fleet.image(proxy.placement.image)
+    image = resolve_image(repo.fleet, proxy.placement.image)
     machine_type = repo.fleet.machine_type(proxy.placement.machine_type)
     assert image is not None and machine_type is not None
     return proxy_digest(proxy, host, image=image, machine_type=machine_type)
@@ -264,7 +264,7 @@ def _volumes(repo: Repo, host: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
     if "volume" in raw:
         return (raw["volume"],)
     if "baseOf" in raw:
-        image = repo.fleet.image(raw["baseOf"])
+        image = resolve_image(repo.fleet, raw["baseOf"])
         assert image is not None, f"no image {raw['baseOf']} in the case"
         base = base_volume_name(dataclasses.replace(image, sha256=raw.get("sha256", image.sha256)))
         return (base, base_marker_name(base))
@@ -293,7 +293,7 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
     manifest = repo.proxy(raw["proxy"]) if fleet == repo.fleet.name else None
     recorded = manifest.lifecycle.protect if manifest is not None else False
     protect = raw.get("protect", recorded)
-    image = repo.fleet.image(manifest.placement.image if manifest else "debian")
+    image = resolve_image(repo.fleet, manifest.placement.image if manifest else "debian")
     assert image is not None
     base = raw.get("base", base_volume_name(image))
     owner = Owner(

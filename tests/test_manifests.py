@@ -18,7 +18,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from reconciler.cli import main
 from reconciler.core.load.manifests import load_repo, manifest_files
 from reconciler.core.load.yamlload import load_documents
-from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name
+from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.errors import InvalidInput
 from reconciler.model import (
     DomainType,
@@ -418,14 +418,25 @@ def test_yaml_anchors_and_merge_keys_resolve(tmp_path: Path) -> None:
     ]
 
 
-def test_an_image_is_named_by_its_key_only(tmp_path: Path) -> None:
-    # A direct URL is refused at load (schemas/proxy.schema.json); nothing resolves one.
+def test_a_direct_url_resolves_to_a_stable_synthetic_uefi_image(tmp_path: Path) -> None:
     fleet = minimal_repo(tmp_path).fleet
+    url = "https://example.org/other.qcow2"
 
-    image = fleet.image("deb")
-    assert image is not None and image.key == "deb"
-    assert fleet.image("nope") is None
-    assert fleet.image("https://example.org/other.qcow2") is None
+    image = resolve_image(fleet, url)
+
+    assert image is not None
+    assert image == resolve_image(fleet, url)
+    assert image.key.startswith("url-") and len(image.key) == len("url-") + 12
+    assert (image.url, image.sha256, image.format, image.firmware) == (
+        url,
+        None,
+        ImageFormat.QCOW2,
+        Firmware.UEFI,
+    )
+    assert resolve_image(fleet, "https://example.org/third.qcow2") != image
+    assert resolve_image(fleet, "deb") == fleet.image("deb")
+    assert resolve_image(fleet, "nope") is None
+    assert resolve_image(fleet, "http://example.org/plain.qcow2") is None
 
 
 def test_domain_names_follow_the_design_and_fit_the_limit() -> None:

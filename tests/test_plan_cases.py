@@ -27,7 +27,7 @@ import pytest
 from planworld import apply_plan, build_history, build_inventory, build_repo, desired_digest
 from ruamel.yaml import YAML
 
-from reconciler.core.naming import domain_name, volume_domain
+from reconciler.core.naming import domain_name, resolve_image, volume_domain
 from reconciler.core.plan.planner import plan
 from reconciler.model import Action, ActionKind, HostInventory, Inventory, Owner, Plan, Repo
 from reconciler.model.history import History
@@ -146,7 +146,7 @@ def _assert_resolved(repo: Repo, a: Create | Replace) -> None:
     assert proxy is not None and host is not None
     assert a.vm.host == host and a.vm.proxy == proxy.name and a.vm.fleet == repo.fleet.name
     assert a.vm.machine_type == repo.fleet.machine_type(proxy.placement.machine_type)
-    assert a.vm.image == repo.fleet.image(proxy.placement.image)
+    assert a.vm.image == resolve_image(repo.fleet, proxy.placement.image)
     assert a.vm.cloud_init == proxy.cloud_init and a.vm.health == proxy.health
     assert a.vm.protect == proxy.lifecycle.protect
 
@@ -226,7 +226,7 @@ def _assert_safe_base_cleanup(repo: Repo, host: HostInventory, result: Plan, a: 
     base = a.volumes[0].removesuffix(MARKER_SUFFIX)
     assert is_base_volume(base)
     assert list(a.volumes) == [v for v in (base, base_marker_name(base)) if v in host.volumes]
-    images = [repo.fleet.image(p.placement.image) for p in repo.proxies]
+    images = [resolve_image(repo.fleet, p.placement.image) for p in repo.proxies]
     needed = {base_volume_name(i) for i in (*repo.fleet.images, *images) if i is not None}
     new = [b.vm.image for b in result.actions if isinstance(b, Create | Replace)]
     needed |= {base_volume_name(i) for i in new}

@@ -11,7 +11,7 @@ from reconciler.cli import main
 from reconciler.cli.plan import render_plan
 from reconciler.core.load.inventory import dump_inventory
 from reconciler.core.load.manifests import load_repo
-from reconciler.core.naming import domain_name
+from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner, Repo
 
@@ -28,7 +28,7 @@ def _vm(
     proxy = repo.proxy(proxy_name)
     host = repo.fleet.host(host_name)
     assert proxy is not None and host is not None
-    image = repo.fleet.image(proxy.placement.image)
+    image = resolve_image(repo.fleet, proxy.placement.image)
     machine = repo.fleet.machine_type(proxy.placement.machine_type)
     assert image is not None and machine is not None
     digest = proxy_digest(proxy, host, image=image, machine_type=machine)

@@ -1,4 +1,4 @@
-"""Names that land on hypervisors: domains, their volumes, and how long a name may be.
+"""Names that land on hypervisors, and images named by URL.
 
 The loader rejects proxies whose domain name would be too long, and the
 planner and the engine name domains with the same function, so the rule and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from reconciler.model.fleet import Firmware, Fleet, Image, ImageFormat
 from reconciler.model.vm import OVERLAY_SUFFIX, SEED_SUFFIX
 
 MAX_DOMAIN_NAME = 63
@@ -17,6 +18,8 @@ MAX_DOMAIN_NAME = 63
 
 DIGEST_CHARS = 8
 """How much of a spec digest goes into a domain name."""
+
+URL_IMAGE_PREFIX = "url-"
 
 
 def domain_name(fleet: str, proxy: str, digest: str, generation: int = 0) -> str:
@@ -64,3 +67,23 @@ def domain_name_length(fleet: str, proxy: str) -> int:
 def is_image_url(placement_image: str) -> bool:
     """True when ``placement.image`` names an image by URL rather than by key."""
     return "://" in placement_image
+
+
+def url_image(url: str) -> Image:
+    """The synthetic image for a direct URL: UEFI, qcow2, no checksum.
+
+    Its key is derived from the URL alone, so every run and every host agree
+    on the base volume name (``base-url-<12 hex>.qcow2``).
+    """
+    key = URL_IMAGE_PREFIX + hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
+    return Image(key=key, url=url, sha256=None, format=ImageFormat.QCOW2, firmware=Firmware.UEFI)
+
+
+def resolve_image(fleet: Fleet, placement_image: str) -> Image | None:
+    """The image a proxy's ``placement.image`` names: a key, or an https URL.
+
+    None when the key is unknown or the URL is not https (the loader reports both).
+    """
+    if is_image_url(placement_image):
+        return url_image(placement_image) if placement_image.startswith("https://") else None
+    return fleet.image(placement_image)

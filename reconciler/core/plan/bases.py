@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
+from reconciler.core.naming import resolve_image
 from reconciler.model import Owner, Repo
 from reconciler.model.plan import Action, Cleanup, Create, Replace
 from reconciler.model.vm import (
@@ -97,7 +98,7 @@ def _needed(repo: Repo, actions: Iterable[Action]) -> set[str]:
     """Every base name an image of the repo, or a new VM of this plan, builds on."""
     needed = {base_volume_name(image) for image in repo.fleet.images}
     for proxy in repo.proxies:
-        image = repo.fleet.image(proxy.placement.image)
+        image = resolve_image(repo.fleet, proxy.placement.image)
         if image is not None:
             needed.add(base_volume_name(image))
     needed.update(base_volume_name(a.vm.image) for a in actions if isinstance(a, Create | Replace))

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from functools import partial
 
-from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name
+from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
 from reconciler.core.plan.digest import proxy_digest
@@ -184,7 +184,7 @@ class _Planner:
         return [self._create(proxy, made)]
 
     def _made(self, proxy: Proxy) -> Made | None:
-        image = self.fleet.image(proxy.placement.image)
+        image = resolve_image(self.fleet, proxy.placement.image)
         machine_type = self.fleet.machine_type(proxy.placement.machine_type)
         if image is None or machine_type is None:
             return None
