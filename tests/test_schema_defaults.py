@@ -2,8 +2,10 @@
 
 The loader leaves out what a manifest does not say, so a field's effective default is
 its dataclass default in ``reconciler.model.fleet``; the cross-reference checks read it
-from there too (``crossref``: the SSH port). A schema ``default`` that drifted from the
-model would tell an operator, and their editor, something the loader does not do.
+from there too (``crossref``: the SSH port). The daemon config's loader fills what the
+file leaves out from ``DaemonSettings()`` (``reconciler.model.settings``). A schema
+``default`` that drifted from the model would tell an operator, and their editor,
+something the loader does not do.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reconciler.core.load.schemacheck import schema
+from reconciler.core.load.schemacheck import DAEMON, schema
 from reconciler.model.fleet import (
     Amount,
     CloudInit,
@@ -27,6 +30,17 @@ from reconciler.model.fleet import (
     Policy,
     Proxy,
     Rollout,
+)
+from reconciler.model.settings import (
+    ConcurrencySettings,
+    CoordinationSettings,
+    DaemonSettings,
+    ImageSettings,
+    ListenSettings,
+    LogSettings,
+    RepoSettings,
+    SshSettings,
+    StatusSettings,
 )
 
 # (schema kind, JSON path of an object schema) -> the dataclass its properties fill.
@@ -40,8 +54,26 @@ OBJECTS: dict[tuple[str, tuple[str, ...]], type] = {
     ("Proxy", ("properties", "spec", "properties", "cloudInit")): CloudInit,
     ("Proxy", ("properties", "spec", "properties", "health")): HealthCheck,
     ("Proxy", ("properties", "spec", "properties", "lifecycle")): Lifecycle,
+    (DAEMON, ()): DaemonSettings,
+    (DAEMON, ("properties", "repo")): RepoSettings,
+    (DAEMON, ("properties", "ssh")): SshSettings,
+    (DAEMON, ("properties", "status")): StatusSettings,
+    (DAEMON, ("properties", "log")): LogSettings,
+    (DAEMON, ("properties", "concurrency")): ConcurrencySettings,
+    (DAEMON, ("properties", "images")): ImageSettings,
+    (DAEMON, ("properties", "coordination")): CoordinationSettings,
 }
-RENAMED = {"probeURL": "probe_url"}
+RENAMED = {
+    "probeURL": "probe_url",
+    "fetchTimeoutSeconds": "fetch_timeout",
+    "connectTimeoutSeconds": "connect_timeout",
+    "callTimeoutSeconds": "call_timeout",
+    "keepaliveIntervalSeconds": "keepalive_interval",
+    "replaceTimeoutSeconds": "replace_timeout",
+    "deleteWindowSeconds": "delete_window",
+    "ttlSeconds": "ttl",
+    "allowFileDirs": "allow_file_dirs",
+}
 
 
 def snake(name: str) -> str:
@@ -49,6 +81,12 @@ def snake(name: str) -> str:
 
 
 def plain(value: Any) -> Any:
+    if isinstance(value, ListenSettings):
+        return f"{value.host}:{value.port}"
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Amount):
@@ -63,7 +101,7 @@ def documented() -> list[tuple[str, str, type, str, Any]]:
         for step in path:
             node = node[step]
         for name, prop in node["properties"].items():
-            if "default" in prop and not isinstance(prop["default"], dict | list):
+            if "default" in prop and not isinstance(prop["default"], dict):
                 found.append((kind, "/".join((*path, name)), cls, name, prop["default"]))
     return found
 
@@ -79,4 +117,6 @@ def test_every_default_a_schema_documents_is_the_models_default(
 def test_the_defaults_checked_include_the_ssh_port_and_every_host_default() -> None:
     host = {name for kind, _, cls, name, _ in documented() if cls is Host}
     assert {"port", "user", "pool", "socket", "domainType", "cpuMode"} <= host
-    assert len(documented()) >= 25
+    daemon = {name for kind, _, _, name, _ in documented() if kind == DAEMON}
+    assert {"interval", "listen", "stateDir", "ttlSeconds", "branch"} <= daemon
+    assert len(documented()) >= 55

@@ -32,6 +32,8 @@ from reconciler.model.settings import (
 )
 
 DEFAULT_CONFIG = Path("/etc/proxyfleet/proxyfleet.yaml")
+DEFAULTS = DaemonSettings()
+"""Every default of the config, as the model states it."""
 
 
 def load_settings(path: Path = DEFAULT_CONFIG) -> DaemonSettings:
@@ -94,72 +96,81 @@ def _path(value: str | None, base: Path) -> Path | None:
 
 
 def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
+    """The settings; what the file leaves out takes the model's default (``DEFAULTS``), the
+    one place a default is written (the schema's ``default`` keywords document it)."""
+    d = DEFAULTS
     repo = dict(_pairs(doc, "repo"))
     url = str(repo["url"])
     if url.startswith("."):
         url = str((base / url).resolve())
     ssh = dict(_pairs(doc, "ssh"))
-    defaults = SshSettings()
-    host, _, port = str(doc.get("listen", "127.0.0.1:9477")).rpartition(":")
+    listen = doc.get("listen")
+    host, port = (d.listen.host, d.listen.port)
+    if listen is not None:
+        text, _, number = str(listen).rpartition(":")
+        host, port = text.strip("[]"), int(number)
     status = dict(_pairs(doc, "status"))
     log = dict(_pairs(doc, "log"))
+    coordination = dict(_pairs(doc, "coordination"))
     return DaemonSettings(
         repo=RepoSettings(
             url=url,
-            branch=str(repo.get("branch", "main")),
-            path=str(repo.get("path", ".")),
+            branch=str(repo.get("branch", d.repo.branch)),
+            path=str(repo.get("path", d.repo.path)),
             ssh_key_file=_path(repo.get("sshKeyFile"), base),
             known_hosts_file=_path(repo.get("knownHostsFile"), base),
-            verify_commits=bool(repo.get("verifyCommits", False)),
+            verify_commits=bool(repo.get("verifyCommits", d.repo.verify_commits)),
             allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
-            fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
-            max_file_bytes=int(repo.get("maxFileBytes", 1024 * 1024)),
-            max_repo_bytes=int(repo.get("maxRepoBytes", 64 * 1024 * 1024)),
-            allow_non_fast_forward=bool(repo.get("allowNonFastForward", False)),
-        ),
-        interval=durations.seconds(doc.get("interval", 300)),
-        jitter=float(doc.get("jitter", 0.1)),
-        ssh=SshSettings(
-            key_file=_path(ssh.get("keyFile"), base) or defaults.key_file,
-            known_hosts_file=_path(ssh.get("knownHostsFile"), base) or defaults.known_hosts_file,
-            connect_timeout=float(ssh.get("connectTimeoutSeconds", defaults.connect_timeout)),
-            call_timeout=float(ssh.get("callTimeoutSeconds", defaults.call_timeout)),
-            keepalive_interval=float(
-                ssh.get("keepaliveIntervalSeconds", defaults.keepalive_interval)
+            fetch_timeout=float(repo.get("fetchTimeoutSeconds", d.repo.fetch_timeout)),
+            max_file_bytes=int(repo.get("maxFileBytes", d.repo.max_file_bytes)),
+            max_repo_bytes=int(repo.get("maxRepoBytes", d.repo.max_repo_bytes)),
+            allow_non_fast_forward=bool(
+                repo.get("allowNonFastForward", d.repo.allow_non_fast_forward)
             ),
         ),
-        listen=ListenSettings(host=host.strip("[]"), port=int(port)),
+        interval=durations.seconds(doc.get("interval", d.interval)),
+        jitter=float(doc.get("jitter", d.jitter)),
+        ssh=SshSettings(
+            key_file=_path(ssh.get("keyFile"), base) or d.ssh.key_file,
+            known_hosts_file=_path(ssh.get("knownHostsFile"), base) or d.ssh.known_hosts_file,
+            connect_timeout=float(ssh.get("connectTimeoutSeconds", d.ssh.connect_timeout)),
+            call_timeout=float(ssh.get("callTimeoutSeconds", d.ssh.call_timeout)),
+            keepalive_interval=float(ssh.get("keepaliveIntervalSeconds", d.ssh.keepalive_interval)),
+        ),
+        listen=ListenSettings(host=host, port=port),
         webhook=WebhookSettings(
             secret_file=_path(dict(_pairs(doc, "webhook")).get("secretFile"), base)
         ),
         status=StatusSettings(
-            enabled=bool(status.get("enabled", True)),
-            branch=str(status.get("branch", "proxyfleet-status")),
-            path=str(status.get("path", ".proxyfleet")),
-            history=int(status.get("history", 10)),
-            push_attempts=int(status.get("pushAttempts", 3)),
+            enabled=bool(status.get("enabled", d.status.enabled)),
+            branch=str(status.get("branch", d.status.branch)),
+            path=str(status.get("path", d.status.path)),
+            history=int(status.get("history", d.status.history)),
+            push_attempts=int(status.get("pushAttempts", d.status.push_attempts)),
         ),
         log=LogSettings(
-            level=str(log.get("level", "info")), format=str(log.get("format", "logfmt"))
+            level=str(log.get("level", d.log.level)), format=str(log.get("format", d.log.format))
         ),
-        replace_timeout=float(doc.get("replaceTimeoutSeconds", 600)),
+        replace_timeout=float(doc.get("replaceTimeoutSeconds", d.replace_timeout)),
         concurrency=ConcurrencySettings(
-            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", 4))
+            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", d.concurrency.per_host))
         ),
         images=_images(dict(_pairs(doc, "images"))),
-        fleet=str(doc["fleet"]) if "fleet" in doc else None,
-        delete_window=float(doc.get("deleteWindowSeconds", 3600)),
+        fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
+        delete_window=float(doc.get("deleteWindowSeconds", d.delete_window)),
         coordination=CoordinationSettings(
-            url=str(dict(_pairs(doc, "coordination")).get("url", "")),
-            ttl=float(dict(_pairs(doc, "coordination")).get("ttlSeconds", 20)),
+            url=str(coordination.get("url", d.coordination.url)),
+            ttl=float(coordination.get("ttlSeconds", d.coordination.ttl)),
         ),
-        state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
+        state_dir=_path(doc.get("stateDir"), base) or d.state_dir,
     )
 
 
 def _images(images: Mapping[str, Any]) -> ImageSettings:
-    defaults = ImageSettings()
+    defaults = DEFAULTS.images
     return ImageSettings(
-        allow_file_dirs=tuple(Path(str(d)) for d in images.get("allowFileDirs", [])),
+        allow_file_dirs=tuple(
+            Path(str(d)) for d in images.get("allowFileDirs", defaults.allow_file_dirs)
+        ),
         max_bytes=int(images.get("maxBytes", defaults.max_bytes)),
     )
