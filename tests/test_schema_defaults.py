@@ -65,6 +65,7 @@ OBJECTS: dict[tuple[str, tuple[str, ...]], type] = {
 }
 RENAMED = {
     "probeURL": "probe_url",
+    "tcgCacheMiB": "tcg_cache_mib",
     "fetchTimeoutSeconds": "fetch_timeout",
     "connectTimeoutSeconds": "connect_timeout",
     "callTimeoutSeconds": "call_timeout",

@@ -1,15 +1,18 @@
-"""A running guest's IPv4 addresses, as libvirt reports them (agent, ARP, DHCP leases)."""
+"""A running guest's IPv4 addresses, as libvirt reports them (agent, ARP, DHCP leases),
+and from the host's own ARP table when libvirt's reader fails (``neighbours``)."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import Any
 
 import libvirt
 
 from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.neighbours import ARP_TABLE, arp_ipv4
 from reconciler.errors import PermanentError, TransientError
 
 log = logging.getLogger("reconciler.host")
@@ -45,12 +48,39 @@ def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[st
                 domain,
                 exc,
             )
+            if source == "arp" and isinstance(exc, PermanentError):
+                ips = host_arp(session, dom, domain)
+                if ips:
+                    return ips
             continue
         ips = usable_ipv4(found)
         session.trace("virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain)
         if ips:
             return ips
     return ()
+
+
+def host_arp(session: LibvirtSession, dom: Any, domain: str) -> tuple[str, ...]:
+    """The domain's IPv4 from the host's /proc/net/arp, for when libvirt's own ARP
+    reader fails (reconciler.adapters.hypervisor.neighbours)."""
+    xml = session.call("virDomainGetXMLDesc", lambda _c: dom.XMLDesc(0), domain=domain)
+    macs = interface_macs(xml)
+    table = session.read_host_file(ARP_TABLE) if macs else None
+    ips = arp_ipv4(table, macs) if table is not None else ()
+    if ips:
+        log.debug(
+            "host %s: address of %s from the host's ARP table: %s",
+            session.host.name,
+            domain,
+            ", ".join(ips),
+        )
+    return ips
+
+
+def interface_macs(xml: str) -> tuple[str, ...]:
+    """The MAC addresses of a domain's interfaces, from its XML."""
+    macs = ET.fromstring(xml).findall("./devices/interface/mac")
+    return tuple(mac.get("address", "") for mac in macs if mac.get("address"))
 
 
 def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:

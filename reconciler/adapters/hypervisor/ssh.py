@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import shlex
 import socket
 import stat
 import threading
@@ -49,6 +50,7 @@ from reconciler.adapters.hypervisor.sshchannel import (
     SOCKET_MISSING,
     SOCKET_STALE,
     open_streamlocal,
+    remote_output,
     remote_test,
     socket_state,
 )
@@ -299,6 +301,16 @@ class SshConnection:
         except HostError:
             return None
         return remote_test(transport, flag, path, timeout=self._settings.connect_timeout)
+
+    def read_text(self, path: str, *, limit: int) -> str | None:
+        """The host's file ``path`` (``cat``, at most ``limit`` bytes); None when the host
+        does not say (no shell, a forced command, no answer in time, too long)."""
+        try:
+            transport = self.transport()
+        except HostError:
+            return None
+        command = f"cat {shlex.quote(path)}"
+        return remote_output(transport, command, self._settings.connect_timeout, limit=limit)
 
     def open_libvirt_channel(self) -> paramiko.Channel:
         """A fresh channel speaking the libvirt RPC protocol to the host's libvirtd."""

@@ -3,7 +3,8 @@
 ``open_streamlocal`` opens OpenSSH's ``direct-streamlocal@openssh.com`` to a
 remote unix socket (paramiko has no API for it); ``socket_state`` and
 ``remote_test`` ask the host, over an exec channel, what is at a path, so a
-refused channel can be told apart from a missing socket.
+refused channel can be told apart from a missing socket; ``remote_output`` reads
+what a command prints (the host's ARP table).
 """
 
 from __future__ import annotations
@@ -68,6 +69,35 @@ def remote_exit(transport: paramiko.Transport, command: str, timeout: float) -> 
         if not channel.status_event.wait(timeout):
             return None
         return int(channel.recv_exit_status())
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    finally:
+        channel.close()
+
+
+def remote_output(
+    transport: paramiko.Transport, command: str, timeout: float, *, limit: int
+) -> str | None:
+    """What ``command`` printed on the host, when it exited 0 within ``timeout`` and
+    printed at most ``limit`` bytes; None otherwise."""
+    try:
+        channel = transport.open_session(timeout=timeout)
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    try:
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        out = bytearray()
+        while len(out) <= limit:
+            chunk = channel.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        if len(out) > limit or not channel.status_event.wait(timeout):
+            return None
+        if channel.recv_exit_status() != 0:
+            return None
+        return out.decode("utf-8", "replace")
     except (paramiko.SSHException, OSError, EOFError):
         return None
     finally:
