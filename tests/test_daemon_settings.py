@@ -108,7 +108,9 @@ def test_verify_commits_needs_an_allowed_signers_file() -> None:
 
 
 def test_a_missing_repo_and_bad_yaml_are_errors() -> None:
-    assert errors("interval: 60\n") == ["proxyfleet.yaml:1:1: missing required field 'repo'"]
+    assert errors("interval: 60\n") == [
+        "proxyfleet.yaml:1:1: missing required field 'repo' (or 'fleets')"
+    ]
     assert errors("repo:\n\turl: x\n")[0].startswith("proxyfleet.yaml:2:")
     assert errors("- a\n- b\n") == ["proxyfleet.yaml:1:1: the config must be one YAML mapping"]
 
