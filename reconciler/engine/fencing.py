@@ -52,6 +52,11 @@ class Fence:
     def held(self) -> bool:
         return not self._closed and self._held()
 
+    @property
+    def closed(self) -> bool:
+        """True from ``close`` to ``open``: a hand-over is under way or done."""
+        return self._closed
+
     @contextlib.contextmanager
     def passing(self, host: str, rpc: str) -> Iterator[None]:
         with self._cond:

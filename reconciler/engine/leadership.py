@@ -93,7 +93,9 @@ class Leadership:
 
     @property
     def leading(self) -> bool:
-        return self._leading
+        """Leading and acting; False from the moment a hand-over closes the fence, before the
+        lock is released, so that this daemon and the next owner never both say they lead."""
+        return self._leading and not self.fence.closed
 
     def held(self) -> bool:
         """The fence's question: has this process held its fleet's lock without a break since
@@ -129,7 +131,7 @@ class Leadership:
         else:
             self._set(lock, False)
         self._epoch = lock.epoch
-        return self._leading
+        return self.leading
 
     def check(self) -> bool:
         """One watcher step; True when this daemon just became the leader."""
@@ -169,7 +171,7 @@ class Leadership:
         lock = self._lock
         if lock is None:
             return "no fleet known yet (the repo has not loaded)"
-        if self._leading:
+        if self.leading:
             return f"leader of fleet {lock.fleet}"
         trouble = f"; {self._trouble}" if self._trouble else ""
         ring = self._ring
