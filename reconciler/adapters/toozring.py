@@ -1,8 +1,8 @@
 """``ToozRing``: the fleet ring (adapters.fleetring) over tooz's partitioned groups.
 
 For each fleet it lists, the daemon joins the tooz group ``proxyfleet.ring.<fleet>``
-through ``join_partitioned_group`` and keeps the ``tooz.partitioner.Partitioner``
-it returns: a consistent hash ring (``tooz.hashring``) over the group's members,
+as ``join_partitioned_group`` does (capabilities naming box and pid beside the
+weight) and keeps a ``tooz.partitioner.Partitioner`` on it: a consistent hash ring (``tooz.hashring``) over the group's members,
 kept current by ``run_watchers``. The owner of a fleet is the member the ring maps
 the fleet id to. A group per fleet, rather than one for all, because daemons need not
 list the same fleets: only those that list a fleet are candidates for it. Where they
@@ -145,17 +145,18 @@ class ToozRing:
 
     def _join_locked(self, coord: coordination.CoordinationDriver, fleet: str) -> Partitioner:
         group = group_of(fleet)
+        # What join_partitioned_group does, with capabilities that name the daemon beside
+        # the weight the partitioner reads.
         try:
-            part = coord.join_partitioned_group(group)
+            coord.join_group_create(group, self._caps)
         except coordination.MemberAlreadyExist:
             # Our name is still there: this daemon before a restart (the record outlives it
             # by up to the TTL), or a daemon that forgot its partitioner after an error. A
             # name a live process of this box still uses is a configuration mistake.
             self._refuse_twin(coord, group)
             coord.leave_group(group).get()
-            part = coord.join_partitioned_group(group)
-        with contextlib.suppress(*FAILURES):
-            coord.update_capabilities(group, self._caps).get()
+            coord.join_group_create(group, self._caps)
+        part = Partitioner(coord, group)
         self._parts[fleet] = part
         log.info("Joined the ring of fleet %s as %s.", fleet, self._member)
         return part
