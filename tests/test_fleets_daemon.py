@@ -108,14 +108,20 @@ def get(b: Box, path: str) -> str:
         return str(err.read().decode())
 
 
+@contextmanager
+def home_on_a_and_lab_on_b(tmp: Path) -> Iterator[tuple[FakeLockBackend, Box, Box]]:
+    backend = FakeLockBackend()
+    owners = {"home": "box-a", "lab": "box-b"}
+    a, b = box("box-a", backend, owners, tmp), box("box-b", backend, owners, tmp)
+    with running(a), running(b):
+        assert wait_until(lambda: a.reconciles["home"] and b.reconciles["lab"], timeout=10)
+        yield backend, a, b
+
+
 def test_each_fleet_is_led_by_the_daemon_the_ring_names_and_both_say_so_per_fleet(
     tmp_path: Path,
 ) -> None:
-    backend = FakeLockBackend()
-    owners = {"home": "box-a", "lab": "box-b"}
-    a, b = box("box-a", backend, owners, tmp_path), box("box-b", backend, owners, tmp_path)
-    with running(a), running(b):
-        assert wait_until(lambda: a.reconciles["home"] and b.reconciles["lab"], timeout=10)
+    with home_on_a_and_lab_on_b(tmp_path) as (_, a, b):
         # (who holds it is looked up every 10 s while standing by: "unknown" until then)
 
         health = get(a, "/healthz").splitlines()
@@ -133,12 +139,7 @@ def test_each_fleet_is_led_by_the_daemon_the_ring_names_and_both_say_so_per_flee
 def test_a_fleet_the_ring_moves_is_handed_over_and_reconciled_by_its_new_owner(
     tmp_path: Path,
 ) -> None:
-    backend = FakeLockBackend()
-    owners = {"home": "box-a", "lab": "box-b"}
-    a, b = box("box-a", backend, owners, tmp_path), box("box-b", backend, owners, tmp_path)
-    with running(a), running(b):
-        assert wait_until(lambda: a.reconciles["home"] and b.reconciles["lab"], timeout=10)
-
+    with home_on_a_and_lab_on_b(tmp_path) as (backend, a, b):
         for r in (a.ring, b.ring):
             r.owners["lab"] = "box-a"
 

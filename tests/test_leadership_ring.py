@@ -78,9 +78,8 @@ def test_the_hand_over_waits_for_the_call_in_flight_and_refuses_the_next_one() -
     assert handing.is_alive(), "the lock went while a create was in flight"
     assert backend.owners["home"][1].box == "box-a"
     assert not a.leading  # it no longer says it leads, though it still holds the lock
-    with pytest.raises(FencedError):
-        with a.fence.passing("kvm01", "delete"):
-            pass
+    with pytest.raises(FencedError), a.fence.passing("kvm01", "delete"):
+        pass
 
     finish.set()
     call.join(5)

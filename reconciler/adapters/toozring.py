@@ -2,12 +2,13 @@
 
 For each fleet it lists, the daemon joins the tooz group ``proxyfleet.ring.<fleet>``
 as ``join_partitioned_group`` does (capabilities naming box and pid beside the
-weight) and keeps a ``tooz.partitioner.Partitioner`` on it: a consistent hash ring (``tooz.hashring``) over the group's members,
-kept current by ``run_watchers``. The owner of a fleet is the member the ring maps
-the fleet id to. A group per fleet, rather than one for all, because daemons need not
-list the same fleets: only those that list a fleet are candidates for it. Where they
-do list the same fleets, every group has the same members and therefore the same ring,
-so the fleets spread as they would on one.
+weight) and keeps a ``tooz.partitioner.Partitioner`` on it: a consistent hash ring
+(``tooz.hashring``) over the group's members, kept current by ``run_watchers``. The
+owner of a fleet is the member the ring maps the fleet id to. A group per fleet,
+rather than one for all, because daemons need not list the same fleets: only those
+that list a fleet are candidates for it. Where they do list the same fleets, every
+group has the same members and therefore the same ring, so the fleets spread as they
+would on one.
 
 Verified with the drivers as installed (tooz 9.1, etcd3gw 2.7), not assumed:
 

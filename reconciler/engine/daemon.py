@@ -181,16 +181,7 @@ class Daemon:
         self._progress = progress
         self._lock = threading.Lock()
         self.http = (
-            HttpApi(
-                settings.listen,
-                Endpoints(
-                    metrics=metrics.exposition,
-                    metrics_content_type=CONTENT_TYPE,
-                    health=self.health,
-                    hook=lambda: self.triggers.fire("webhook"),
-                    secret=lambda: webhook_secret(settings),
-                ),
-            )
+            endpoint(settings, metrics.exposition, self.health, self.triggers)
             if serve_http
             else None
         )
@@ -345,21 +336,48 @@ class Daemon:
         return watcher
 
     def _start_watchdog(self) -> threading.Thread | None:
-        interval = self._notifier.watchdog_interval
-        if interval is None:
-            return None
+        return start_watchdog(self._notifier, self.stop, self.alive)
 
-        def ping() -> None:
-            while not self.stop.wait(interval):
-                if self.alive():
-                    self._notifier.watchdog()
-                else:
-                    log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
 
-        self._notifier.watchdog()
-        thread = threading.Thread(target=ping, name="watchdog", daemon=True)
-        thread.start()
-        return thread
+def endpoint(
+    settings: DaemonSettings,
+    metrics: Callable[[], bytes],
+    health: Callable[[], tuple[bool, str]],
+    triggers: TriggerQueue,
+) -> HttpApi:
+    """The daemon's HTTP endpoint (bound now, served once started): /metrics, /healthz and
+    the webhook, which fires ``triggers``."""
+    return HttpApi(
+        settings.listen,
+        Endpoints(
+            metrics=metrics,
+            metrics_content_type=CONTENT_TYPE,
+            health=health,
+            hook=lambda: triggers.fire("webhook"),
+            secret=lambda: webhook_secret(settings),
+        ),
+    )
+
+
+def start_watchdog(
+    notifier: SdNotify, stop: threading.Event, alive: Callable[[], bool]
+) -> threading.Thread | None:
+    """Ping systemd's watchdog while ``alive()`` (when the unit has one) until ``stop``."""
+    interval = notifier.watchdog_interval
+    if interval is None:
+        return None
+
+    def ping() -> None:
+        while not stop.wait(interval):
+            if alive():
+                notifier.watchdog()
+            else:
+                log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
+
+    notifier.watchdog()
+    thread = threading.Thread(target=ping, name="watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def webhook_secret(settings: DaemonSettings) -> bytes | None:

@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from reconciler.adapters.fleetring import FleetRing
-from reconciler.adapters.httpapi import Endpoints, HttpApi
-from reconciler.adapters.metrics import CONTENT_TYPE, FleetMetrics
+from reconciler.adapters.metrics import FleetMetrics
 from reconciler.adapters.notify import SdNotify
-from reconciler.engine.daemon import Daemon, webhook_secret
+from reconciler.engine.daemon import Daemon, endpoint, start_watchdog
 from reconciler.engine.triggers import TriggerQueue, install_signals
 from reconciler.errors import CoordinationError
 from reconciler.model.settings import DaemonSettings
@@ -69,16 +68,7 @@ class FleetsDaemon:
         self._notifier = notifier if notifier is not None else SdNotify({})
         self._handle_signals = handle_signals
         self._ring_trouble = ""
-        self.http = HttpApi(
-            settings.listen,
-            Endpoints(
-                metrics=metrics.exposition,
-                metrics_content_type=CONTENT_TYPE,
-                health=self.health,
-                hook=lambda: self.triggers.fire("webhook"),
-                secret=lambda: webhook_secret(settings),
-            ),
-        )
+        self.http = endpoint(settings, metrics.exposition, self.health, self.triggers)
 
     # -- what the HTTP endpoint and the watchdog ask -------------------------
 
@@ -169,16 +159,4 @@ class FleetsDaemon:
                 log.warning("Reading the fleet ring took %.1f s.", time.monotonic() - started)
 
     def _start_watchdog(self) -> threading.Thread | None:
-        interval = self._notifier.watchdog_interval
-        if interval is None:
-            return None
-
-        def ping() -> None:
-            while not self.stop.wait(interval):
-                if self.alive():
-                    self._notifier.watchdog()
-                else:
-                    log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
-
-        self._notifier.watchdog()
-        return self._thread("watchdog", ping)
+        return start_watchdog(self._notifier, self.stop, self.alive)
