@@ -48,14 +48,14 @@ log = logging.getLogger(__name__)
 
 
 def ring_url(url: str, ttl: float) -> str:
-    """``driver_url`` plus, for the file driver, a membership timeout of ``ttl``."""
-    full = driver_url(url, ttl)
-    parts = urllib.parse.urlsplit(full)
-    if parts.scheme != "file":
-        return full
-    options = dict(urllib.parse.parse_qsl(parts.query))
-    options.setdefault("timeout", str(max(1, int(ttl))))
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(options)))
+    """``driver_url`` but, for the file driver, a membership timeout of ``ttl`` (a ring
+    member that stops renewing must drop out, unlike a lock's holder record)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        options = dict(urllib.parse.parse_qsl(parts.query))
+        options.setdefault("timeout", str(max(1, int(ttl))))
+        url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(options)))
+    return driver_url(url, ttl)
 
 
 def group_of(fleet: str) -> bytes:
