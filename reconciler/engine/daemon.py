@@ -317,6 +317,11 @@ class Daemon:
             self.metrics.report_failed("metrics")
         if self._status is None:
             return
+        if self.leadership is not None and not self.leadership.held():
+            # The lock went (lost, or handed over) during the run: the status branch is the
+            # fleet's next leader's to write, not this run's, whose last calls were refused.
+            log.info("Status not written: this daemon no longer leads the fleet.")
+            return
         try:
             published = self._status.publish(report)
         except Exception as exc:  # as above: the status branch is untrusted input

@@ -127,9 +127,12 @@ class FleetsDaemon:
                 daemon.leadership.listen(lambda fleet, on: self._notifier.status(self.summary()))
         pinger = self._start_watchdog()
         self._notifier.ready(f"Starting {len(self.daemons)} fleets; first reconciles now")
+        code = 0
         try:
             while not self.stop.wait(1.0):
-                if not any(t.is_alive() for t in threads[1:]):
+                if not all(t.is_alive() for t in threads):
+                    log.error("A fleet's loop ended on its own; stopping every fleet.")
+                    code = 1
                     break
         finally:
             self._notifier.stopping("Stopping")
@@ -144,7 +147,7 @@ class FleetsDaemon:
             if restore is not None:
                 restore()
         log.info("Stopped.")
-        return 0
+        return code
 
     def _thread(self, name: str, target: Callable[[], object]) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
