@@ -136,3 +136,26 @@ def test_a_member_name_in_use_by_a_live_process_of_this_box_is_refused(tmp_path:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_failed_read_keeps_the_view_and_the_membership_and_the_next_read_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="reconciler.adapters.toozring")
+    a = ring(tmp_path, "box-a")
+    try:
+        refresh(a)
+        groups, hidden = tmp_path / "locks" / "groups", tmp_path / "locks" / "hidden"
+        groups.rename(hidden)  # the service does not answer as it should
+
+        with pytest.raises(CoordinationError, match="reading the fleet ring"):
+            a.refresh()
+        assert owners(a) == dict.fromkeys(FLEETS, "box-a")  # the last view stays
+
+        hidden.rename(groups)
+        a.refresh()
+        assert owners(a) == dict.fromkeys(FLEETS, "box-a")
+        joins = [r for r in caplog.records if r.getMessage().startswith("Joined the ring")]
+        assert len(joins) == len(FLEETS), "a failed read made the daemon leave and join again"
+    finally:
+        a.close()

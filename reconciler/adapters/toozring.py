@@ -76,6 +76,8 @@ class ToozRing:
         self._mu = threading.Lock()
         self._coord: coordination.CoordinationDriver | None = None
         self._parts: dict[str, Partitioner] = {}
+        self._joined: set[str] = set()
+        """Fleets whose group this coordinator joined (and has not left)."""
         # Replaced whole after each refresh, so that readers need no lock.
         self._view: tuple[dict[str, str | None], dict[str, tuple[str, ...]]] = ({}, {})
 
@@ -121,6 +123,7 @@ class ToozRing:
         with self._mu:
             coord, self._coord = self._coord, None
             parts, self._parts = self._parts, {}
+            self._joined.clear()
             if coord is None:
                 return
             for fleet, part in parts.items():
@@ -146,20 +149,24 @@ class ToozRing:
 
     def _join_locked(self, coord: coordination.CoordinationDriver, fleet: str) -> Partitioner:
         group = group_of(fleet)
-        # What join_partitioned_group does, with capabilities that name the daemon beside
-        # the weight the partitioner reads.
-        try:
-            coord.join_group_create(group, self._caps)
-        except coordination.MemberAlreadyExist:
-            # Our name is still there: this daemon before a restart (the record outlives it
-            # by up to the TTL), or a daemon that forgot its partitioner after an error. A
-            # name a live process of this box still uses is a configuration mistake.
-            self._refuse_twin(coord, group)
-            coord.leave_group(group).get()
-            coord.join_group_create(group, self._caps)
+        if fleet not in self._joined:
+            # What join_partitioned_group does, with capabilities that name the daemon
+            # beside the weight the partitioner reads.
+            try:
+                coord.join_group_create(group, self._caps)
+            except coordination.MemberAlreadyExist:
+                # Our name is still there: this daemon before a restart (the record
+                # outlives it by up to the TTL). A name a live process of this box still
+                # uses is a configuration mistake.
+                self._refuse_twin(coord, group)
+                coord.leave_group(group).get()
+                coord.join_group_create(group, self._caps)
+            self._joined.add(fleet)
+            log.info("Joined the ring of fleet %s as %s.", fleet, self._member)
+        # After an error only the partitioner is made anew (it reads the members afresh);
+        # the membership stands, so that a slow request does not look like a leave.
         part = Partitioner(coord, group)
         self._parts[fleet] = part
-        log.info("Joined the ring of fleet %s as %s.", fleet, self._member)
         return part
 
     def _rejoin_locked(
