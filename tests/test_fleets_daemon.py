@@ -15,11 +15,11 @@ from daemonutil import wait_until
 from enginefakes import FLEET, HOST, PROXY
 from reports import report
 
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fakering import FakeRing
-from reconciler.adapters.fakesource import FakeSource
-from reconciler.adapters.fleetlock import Holder
-from reconciler.adapters.metrics import FleetMetrics, Metrics
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fakering import FakeRing
+from reconciler.adapters.coordination.fleetlock import Holder
+from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.fleets import FleetsDaemon
 from reconciler.engine.leadership import Leadership

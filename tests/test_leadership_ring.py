@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fakering import FakeRing
-from reconciler.adapters.fleetlock import Holder
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fakering import FakeRing
+from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.engine.leadership import Leadership
 from reconciler.errors import FencedError
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from prometheus_client.parser import text_string_to_metric_families
 from reports import report
 
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.model import DomainRef, Plan
 from reconciler.model.history import Halt
 from reconciler.model.report import Condition
@@ -59,7 +59,7 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_nex
 
 
 def test_the_metrics_of_several_fleets_are_served_as_one_labelled_by_fleet() -> None:
-    from reconciler.adapters.metrics import FleetMetrics, Metrics
+    from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 
     home, lab = Metrics(), Metrics()
     home.leading("home", True)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tooz.hashring import HashRing
 
-from reconciler.adapters.fleetlock import this_process
-from reconciler.adapters.toozlock import default_url
-from reconciler.adapters.toozring import ToozRing, ring_url
+from reconciler.adapters.coordination.fleetlock import this_process
+from reconciler.adapters.coordination.toozlock import default_url
+from reconciler.adapters.coordination.toozring import ToozRing, ring_url
 from reconciler.errors import CoordinationError
 
 FLEETS = ("home", "office", "lab", "edge")
@@ -22,8 +22,8 @@ TTL = 3.0
 
 HOLD = """
 import sys, time
-from reconciler.adapters.fleetlock import this_process
-from reconciler.adapters.toozring import ToozRing
+from reconciler.adapters.coordination.fleetlock import this_process
+from reconciler.adapters.coordination.toozring import ToozRing
 ring = ToozRing(sys.argv[1], member="box-a", fleets=["home"], me=this_process("daemon"), ttl=3)
 ring.refresh()
 print("joined", flush=True)
@@ -141,7 +141,7 @@ def test_a_member_name_in_use_by_a_live_process_of_this_box_is_refused(tmp_path:
 def test_a_failed_read_keeps_the_view_and_the_membership_and_the_next_read_recovers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="reconciler.adapters.toozring")
+    caplog.set_level("INFO", logger="reconciler.adapters.coordination.toozring")
     a = ring(tmp_path, "box-a")
     try:
         refresh(a)

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.fleetlock import FleetLock
+from reconciler.adapters.coordination.fleetlock import FleetLock
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -167,9 +167,9 @@ def build_engine(
     ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
     (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
     """
-    from reconciler.adapters.download import ImageCache
-    from reconciler.adapters.historystore import FileHistoryStore
-    from reconciler.adapters.probe import HttpProber
+    from reconciler.adapters.hypervisor.download import ImageCache
+    from reconciler.adapters.state.historystore import FileHistoryStore
+    from reconciler.adapters.surface.probe import HttpProber
 
     if fleets:  # --state-dir and PROXYFLEET_STATE_DIR name the base, as stateDir does
         state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)

@@ -8,7 +8,7 @@ for all fleets), signals (SIGHUP: every fleet runs; SIGTERM: every loop stops),
 systemd's notifications and watchdog, and the fleet ring's refresher.
 
 The refresher renews this daemon's place on the ring every ``poll`` seconds and reads
-who owns which fleet (adapters.fleetring). Each fleet's leadership watcher reads that
+who owns which fleet (adapters.coordination.fleetring). Each fleet's leadership watcher reads that
 view at its own poll and takes, keeps, hands over or leaves the fleet's lock
 (core.assignment); a fleet that comes to this daemon is reconciled at once.
 """
@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from reconciler.adapters.fleetring import FleetRing
-from reconciler.adapters.metrics import FleetMetrics
-from reconciler.adapters.notify import SdNotify
+from reconciler.adapters.coordination.fleetring import FleetRing
+from reconciler.adapters.surface.metrics import FleetMetrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon, endpoint, start_watchdog
 from reconciler.engine.triggers import TriggerQueue, install_signals
 from reconciler.errors import CoordinationError

@@ -10,7 +10,7 @@ once it has it, asks for a run at once, so that a leader that died is
 replaced within the lock's TTL plus one poll.
 
 With a fleet ring (several fleets spread over several daemons,
-adapters.fleetring), each poll first asks whether the ring gives the fleet to
+adapters.coordination.fleetring), each poll first asks whether the ring gives the fleet to
 this daemon and follows the step reconciler.core.assignment names: a daemon
 takes the lock only of a fleet assigned to it, and hands over one that is
 assigned elsewhere (fence closed, calls in flight awaited, lock released), so
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reconciler.adapters.fleetlock import FleetLock, LockService
-from reconciler.adapters.fleetring import FleetRing
+from reconciler.adapters.coordination.fleetlock import FleetLock, LockService
+from reconciler.adapters.coordination.fleetring import FleetRing
 from reconciler.core.assignment import Step, owned, step
-from reconciler.core.manifests import load_repo
+from reconciler.core.load.manifests import load_repo
 from reconciler.engine.fencing import Fence
 from reconciler.errors import CoordinationError, InvalidInput
 

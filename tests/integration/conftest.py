@@ -26,7 +26,7 @@ import pytest
 from etcdcluster import EtcdCluster
 from hostservices import BlankImage, Sshd, SshKeys, libvirt_daemons, make_keys
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import (
     CloudInit,
     DomainType,
