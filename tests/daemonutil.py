@@ -37,12 +37,14 @@ def real_daemon(
     progress: Progress | None = None,
     handle_signals: bool = False,
     follow_up: float | None = None,
+    serve_http: bool = True,
 ) -> Daemon:
-    """A daemon with the real parts the CLI wires (HTTP on ``settings.listen``, Prometheus
-    metrics, sd_notify without a socket unless given), each replaceable."""
+    """A daemon with the real parts the CLI wires (HTTP on ``settings.listen`` unless not
+    ``serve_http``, Prometheus metrics, sd_notify without a socket unless given), each
+    replaceable."""
     parts = DaemonParts(
         metrics=metrics if metrics is not None else Metrics(),
-        surface=lambda endpoints: HttpApi(settings.listen, endpoints),
+        surface=(lambda endpoints: HttpApi(settings.listen, endpoints)) if serve_http else None,
         notifier=notifier if notifier is not None else SdNotify({}),
         status=status,
         leadership=leadership,

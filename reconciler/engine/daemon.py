@@ -23,10 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.git.source import Checkout, Source
-from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.core.status.conditions import run_failed, stalled
 from reconciler.engine.leadership import Leadership, fleet_id
-from reconciler.engine.parts import DaemonParts
+from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
@@ -77,6 +76,7 @@ def source_cycle(
     *,
     clock: Callable[[], datetime] = utc_now,
     leadership: Leadership | None = None,
+    fleet: str | None = None,
 ) -> Cycle:
     """The cycle the daemon runs: sync the source, then let the engine reconcile it.
 
@@ -86,6 +86,8 @@ def source_cycle(
     claimed between the fetch and the engine: without it the cycle returns
     None and no host is touched. A repo that does not load claims the lock of
     the fleet id last seen (its Stalled report touches no host either way).
+    ``fleet``: the lock to claim whatever the repo says (one of several fleets, each
+    pinned by the config; a repo naming another fleet is Stalled by the engine's guard).
     """
 
     def cycle(stop: threading.Event) -> RunReport | None:
@@ -98,8 +100,8 @@ def source_cycle(
                 str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
             )
         if leadership is not None:
-            fleet = fleet_id(checkout.root) or leadership.fleet
-            if fleet is not None and not leadership.claim(fleet):
+            claimed = fleet or fleet_id(checkout.root) or leadership.fleet
+            if claimed is not None and not leadership.claim(claimed):
                 return None
         report = reconcile(checkout.root, checkout.revision)
         # The cycle's duration includes the fetch, not only the engine's part.
@@ -138,7 +140,9 @@ class Daemon:
         follow_up: float = FOLLOW_UP,
     ) -> None:
         """``runtime``: time, chance, the stop flag and the engine's progress (share the
-        engine's, so that the watchdog sees actions finish); the real ones by default."""
+        engine's, so that the watchdog sees actions finish); the real ones by default.
+        ``parts.surface`` None: no endpoint of its own (one fleet of several, whose
+        endpoint the FleetsDaemon serves)."""
         runtime = runtime if runtime is not None else Runtime.interruptible()
         self.settings = settings
         self.leadership = parts.leadership
@@ -162,14 +166,12 @@ class Daemon:
         self._cycle_started: float | None = None
         self._progress = runtime.progress
         self._lock = threading.Lock()
-        self.http = parts.surface(
-            Endpoints(
-                metrics=self.metrics.exposition,
-                metrics_content_type=self.metrics.content_type,
-                health=self.health,
-                hook=lambda: self.triggers.fire("webhook"),
-                secret=self._webhook_secret,
+        self.http = (
+            parts.surface(
+                endpoints(settings, self.metrics, health=self.health, triggers=self.triggers)
             )
+            if parts.surface is not None
+            else None
         )
 
     # -- what the HTTP endpoint and the watchdog ask -------------------------
@@ -202,21 +204,12 @@ class Daemon:
         hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
         return self._monotonic() - started < hung_after
 
-    def _webhook_secret(self) -> bytes | None:
-        path = self.settings.webhook.secret_file
-        if path is None:
-            return None
-        try:
-            return path.read_bytes().strip()
-        except OSError as exc:
-            log.error("Webhook secret %s unreadable: %s; refusing every hook.", path, exc.strerror)
-            return b""
-
     # -- the loop ------------------------------------------------------------
 
     def run(self) -> int:
         restore = install_signals(self.triggers, self.stop) if self._handle_signals else None
-        self.http.start()
+        if self.http is not None:
+            self.http.start()
         watcher = self._start_watcher()
         pinger = self._start_watchdog()
         if self.leadership is not None:
@@ -243,7 +236,8 @@ class Daemon:
         finally:
             self._notifier.stopping("Stopping")
             self.stop.set()
-            self.http.stop()
+            if self.http is not None:
+                self.http.stop()
             if watcher is not None:
                 watcher.join(timeout=5)
             if pinger is not None:
@@ -311,6 +305,11 @@ class Daemon:
             self.metrics.report_failed("metrics")
         if self._status is None:
             return
+        if self.leadership is not None and not self.leadership.held():
+            # The lock went (lost, or handed over) during the run: the status branch is the
+            # fleet's next leader's to write, not this run's, whose last calls were refused.
+            log.info("Status not written: this daemon no longer leads the fleet.")
+            return
         try:
             published = self._status.publish(report)
         except Exception as exc:  # as above: the status branch is untrusted input
@@ -330,21 +329,7 @@ class Daemon:
         return watcher
 
     def _start_watchdog(self) -> threading.Thread | None:
-        interval = self._notifier.watchdog_interval
-        if interval is None:
-            return None
-
-        def ping() -> None:
-            while not self.stop.wait(interval):
-                if self.alive():
-                    self._notifier.watchdog()
-                else:
-                    log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
-
-        self._notifier.watchdog()
-        thread = threading.Thread(target=ping, name="watchdog", daemon=True)
-        thread.start()
-        return thread
+        return start_watchdog(self._notifier, self.stop, self.alive)
 
 
 def _failed(exc: Exception, *, started: datetime, finished: datetime) -> RunReport:

@@ -5,11 +5,15 @@ from the routes the daemon answers), the service manager notifier, the status
 sink and the fleet's leadership. The real ones are ``Metrics``, ``HttpApi``,
 ``SdNotify``, ``GitStatusWriter`` (reconciler.adapters.surface / .git) and
 ``Leadership``; ``reconciler.cli.daemon`` wires them. Time, chance, the stop
-flag and the engine's progress come through ``Runtime``.
+flag and the engine's progress come through ``Runtime``. ``endpoints``,
+``start_watchdog`` and ``webhook_secret`` serve a ``Daemon`` and a
+``FleetsDaemon`` (several fleets, one process) alike.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,16 +21,28 @@ from typing import Protocol
 from reconciler.adapters.git.statuswriter import StatusSink
 from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.engine.leadership import Leadership
+from reconciler.engine.triggers import TriggerQueue
 from reconciler.model.report import RunReport
+from reconciler.model.settings import DaemonSettings
+
+log = logging.getLogger(__name__)
 
 
-class MetricsSink(Protocol):
-    """Where each cycle's figures go, and what ``GET /metrics`` serves."""
+class Exposition(Protocol):
+    """What ``GET /metrics`` serves."""
 
     @property
     def content_type(self) -> str:
         """The media type of ``exposition``."""
         ...
+
+    def exposition(self) -> bytes:
+        """The current figures, as ``content_type``."""
+        ...
+
+
+class MetricsSink(Exposition, Protocol):
+    """Where each cycle's figures go, and what ``GET /metrics`` serves."""
 
     def record(self, report: RunReport) -> None:
         """Once per cycle, with its report."""
@@ -34,10 +50,6 @@ class MetricsSink(Protocol):
 
     def report_failed(self, stage: str) -> None:
         """Count a failure to record (``metrics``) or publish (``status``) a report."""
-        ...
-
-    def exposition(self) -> bytes:
-        """The current figures, as ``content_type``."""
         ...
 
 
@@ -74,9 +86,62 @@ class Notifier(Protocol):
 @dataclass(frozen=True, slots=True)
 class DaemonParts:
     metrics: MetricsSink
-    surface: SurfaceFactory
+    surface: SurfaceFactory | None
+    """None: no listener of its own (one fleet of several: the FleetsDaemon serves)."""
     notifier: Notifier
     status: StatusSink | None = None
     """None: the status is not written back."""
     leadership: Leadership | None = None
     """Who acts for the fleet; None: this daemon always acts (no lock, tests)."""
+
+
+def endpoints(
+    settings: DaemonSettings,
+    metrics: Exposition,
+    *,
+    health: Callable[[], tuple[bool, str]],
+    triggers: TriggerQueue,
+) -> Endpoints:
+    """The routes a daemon answers: /metrics, /healthz and the webhook, which fires
+    ``triggers``."""
+    return Endpoints(
+        metrics=metrics.exposition,
+        metrics_content_type=metrics.content_type,
+        health=health,
+        hook=lambda: triggers.fire("webhook"),
+        secret=lambda: webhook_secret(settings),
+    )
+
+
+def start_watchdog(
+    notifier: Notifier, stop: threading.Event, alive: Callable[[], bool]
+) -> threading.Thread | None:
+    """Ping systemd's watchdog while ``alive()`` (when the unit has one) until ``stop``."""
+    interval = notifier.watchdog_interval
+    if interval is None:
+        return None
+
+    def ping() -> None:
+        while not stop.wait(interval):
+            if alive():
+                notifier.watchdog()
+            else:
+                log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
+
+    notifier.watchdog()
+    thread = threading.Thread(target=ping, name="watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def webhook_secret(settings: DaemonSettings) -> bytes | None:
+    """The webhook's shared secret, read on every request (rotating it needs no restart);
+    None: no webhook; b"" (refuse every hook): the file is unreadable."""
+    path = settings.webhook.secret_file
+    if path is None:
+        return None
+    try:
+        return path.read_bytes().strip()
+    except OSError as exc:
+        log.error("Webhook secret %s unreadable: %s; refusing every hook.", path, exc.strerror)
+        return b""

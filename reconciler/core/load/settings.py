@@ -22,6 +22,7 @@ from reconciler.model.settings import (
     ConcurrencySettings,
     CoordinationSettings,
     DaemonSettings,
+    FleetSettings,
     ImageSettings,
     ListenSettings,
     LogSettings,
@@ -55,7 +56,10 @@ def parse_settings(text: str, *, name: str, base: Path) -> DaemonSettings:
         raise ConfigError(str(Problem(name, 1, 1, "", "the config must be one YAML mapping")))
     doc = documents[0]
     found = sorted(
-        (_problem(doc, err) for err in validator(DAEMON).iter_errors(doc.data)),
+        [
+            *(_problem(doc, err) for err in validator(DAEMON).iter_errors(doc.data)),
+            *_fleets_problems(doc),
+        ],
         key=lambda p: (p.line, p.column, p.field),
     )
     if found:
@@ -99,35 +103,16 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
     """The settings; what the file leaves out takes the model's default (``DEFAULTS``), the
     one place a default is written (the schema's ``default`` keywords document it)."""
     d = DEFAULTS
-    repo = dict(_pairs(doc, "repo"))
-    url = str(repo["url"])
-    if url.startswith("."):
-        url = str((base / url).resolve())
     ssh = dict(_pairs(doc, "ssh"))
     listen = doc.get("listen")
     host, port = (d.listen.host, d.listen.port)
     if listen is not None:
         text, _, number = str(listen).rpartition(":")
         host, port = text.strip("[]"), int(number)
-    status = dict(_pairs(doc, "status"))
     log = dict(_pairs(doc, "log"))
     coordination = dict(_pairs(doc, "coordination"))
     return DaemonSettings(
-        repo=RepoSettings(
-            url=url,
-            branch=str(repo.get("branch", d.repo.branch)),
-            path=str(repo.get("path", d.repo.path)),
-            ssh_key_file=_path(repo.get("sshKeyFile"), base),
-            known_hosts_file=_path(repo.get("knownHostsFile"), base),
-            verify_commits=bool(repo.get("verifyCommits", d.repo.verify_commits)),
-            allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
-            fetch_timeout=float(repo.get("fetchTimeoutSeconds", d.repo.fetch_timeout)),
-            max_file_bytes=int(repo.get("maxFileBytes", d.repo.max_file_bytes)),
-            max_repo_bytes=int(repo.get("maxRepoBytes", d.repo.max_repo_bytes)),
-            allow_non_fast_forward=bool(
-                repo.get("allowNonFastForward", d.repo.allow_non_fast_forward)
-            ),
-        ),
+        repo=_repo(doc.get("repo") or {"url": ""}, base),
         interval=durations.seconds(doc.get("interval", d.interval)),
         jitter=float(doc.get("jitter", d.jitter)),
         ssh=SshSettings(
@@ -141,13 +126,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         webhook=WebhookSettings(
             secret_file=_path(dict(_pairs(doc, "webhook")).get("secretFile"), base)
         ),
-        status=StatusSettings(
-            enabled=bool(status.get("enabled", d.status.enabled)),
-            branch=str(status.get("branch", d.status.branch)),
-            path=str(status.get("path", d.status.path)),
-            history=int(status.get("history", d.status.history)),
-            push_attempts=int(status.get("pushAttempts", d.status.push_attempts)),
-        ),
+        status=_status(doc.get("status") or {}),
         log=LogSettings(
             level=str(log.get("level", d.log.level)), format=str(log.get("format", d.log.format))
         ),
@@ -161,9 +140,78 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         coordination=CoordinationSettings(
             url=str(coordination.get("url", d.coordination.url)),
             ttl=float(coordination.get("ttlSeconds", d.coordination.ttl)),
+            member=str(coordination.get("member", d.coordination.member)),
         ),
         state_dir=_path(doc.get("stateDir"), base) or d.state_dir,
+        fleets=tuple(
+            FleetSettings(
+                fleet=str(entry["fleet"]),
+                repo=_repo(entry["repo"], base),
+                status=_status(entry.get("status") or {}),
+            )
+            for entry in doc.get("fleets") or ()
+        ),
     )
+
+
+def _repo(repo: Mapping[str, Any], base: Path) -> RepoSettings:
+    url = str(repo["url"])
+    if url.startswith("."):
+        url = str((base / url).resolve())
+    return RepoSettings(
+        url=url,
+        branch=str(repo.get("branch", DEFAULTS.repo.branch)),
+        path=str(repo.get("path", DEFAULTS.repo.path)),
+        ssh_key_file=_path(repo.get("sshKeyFile"), base),
+        known_hosts_file=_path(repo.get("knownHostsFile"), base),
+        verify_commits=bool(repo.get("verifyCommits", DEFAULTS.repo.verify_commits)),
+        allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
+        fetch_timeout=float(repo.get("fetchTimeoutSeconds", DEFAULTS.repo.fetch_timeout)),
+        max_file_bytes=int(repo.get("maxFileBytes", DEFAULTS.repo.max_file_bytes)),
+        max_repo_bytes=int(repo.get("maxRepoBytes", DEFAULTS.repo.max_repo_bytes)),
+        allow_non_fast_forward=bool(
+            repo.get("allowNonFastForward", DEFAULTS.repo.allow_non_fast_forward)
+        ),
+    )
+
+
+def _status(status: Mapping[str, Any]) -> StatusSettings:
+    return StatusSettings(
+        enabled=bool(status.get("enabled", DEFAULTS.status.enabled)),
+        branch=str(status.get("branch", DEFAULTS.status.branch)),
+        path=str(status.get("path", DEFAULTS.status.path)),
+        history=int(status.get("history", DEFAULTS.status.history)),
+        push_attempts=int(status.get("pushAttempts", DEFAULTS.status.push_attempts)),
+    )
+
+
+def _fleets_problems(doc: Document) -> list[Problem]:
+    """What the schema cannot say: ``repo`` or ``fleets`` (one of them), fleet ids unique."""
+    data = doc.data
+    assert isinstance(data, Mapping)
+    fleets = data.get("fleets")
+    if fleets is None:
+        if "repo" in data:
+            return []
+        return [Problem(doc.file, 1, 1, "", "missing required field 'repo' (or 'fleets')")]
+    found = []
+    for key in ("repo", "fleet", "status"):
+        if key in data:
+            mark = doc.key_mark((key,))
+            message = "not allowed beside 'fleets': give each fleet its own under fleets[]"
+            found.append(Problem(doc.file, mark.line, mark.column, key, message))
+    seen: set[str] = set()
+    for i, entry in enumerate(fleets if isinstance(fleets, list) else []):
+        name = entry.get("fleet") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and name in seen:
+            mark = doc.key_mark(("fleets", i, "fleet"))
+            path = format_path(("fleets", i, "fleet"))
+            found.append(
+                Problem(doc.file, mark.line, mark.column, path, f"fleet {name!r} is listed twice")
+            )
+        if isinstance(name, str):
+            seen.add(name)
+    return found
 
 
 def _images(images: Mapping[str, Any]) -> ImageSettings:
