@@ -22,7 +22,7 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.repofiles import ReadLimits
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
-from reconciler.engine.observe import Observation, observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput
 from reconciler.model import Host, Repo
@@ -178,15 +178,25 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
-    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``).
+    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``), and size
+    the bases a host lacks as ``apply`` does (from the image cache in the state dir, or
+    a HEAD request; nothing is downloaded).
 
     Host access as ``add_host_access_arguments`` describes; unreachable hosts
     come back as such, never as an exception.
     """
+    from reconciler.adapters.download import ImageCache
+
     settings = daemon_settings(args)
     pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
     try:
         hosts = pool.sync(repo.fleet.hosts)
-        return observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
+        observation = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
     finally:
         pool.close()
+    images = ImageCache(
+        state_dir(args, settings.state_dir) / "images",
+        allowed_file_dirs=settings.images.allow_file_dirs,
+        max_bytes=settings.images.max_bytes,
+    )
+    return size_bases(repo, observation, images)

@@ -31,12 +31,37 @@ on the host yet)``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
-from reconciler.model.fleet import Host, Image, MachineType, Overcommit
+from reconciler.core.naming import resolve_image
+from reconciler.model.fleet import Host, Image, MachineType, Overcommit, Repo
 from reconciler.model.inventory import Capacity, DomainState, Inventory
 from reconciler.model.vm import base_marker_name, base_volume_name
 
 GIB = 2**30
+
+
+def unsized_bases(repo: Repo, inventory: Inventory) -> tuple[Image, ...]:
+    """The images whose size a plan over ``inventory`` may need: those the proxies use whose
+    verified base is missing on a reachable host that reports its capacity and is not
+    sized in the inventory yet. Once every host holds its bases, none (no lookup at all)."""
+    counted = [h for h in inventory.hosts if h.reachable and h.capacity is not None]
+    found: dict[str, Image] = {}
+    for proxy in repo.proxies:
+        image = resolve_image(repo.fleet, proxy.placement.image)
+        if image is None:
+            continue
+        base = base_volume_name(image)
+        if base in found or inventory.base_size(base) is not None:
+            continue
+        if any(not _verified(base, h.volumes) for h in counted):
+            found[base] = image
+    return tuple(found[b] for b in sorted(found))
+
+
+def _verified(base: str, volumes: Collection[str]) -> bool:
+    """The pool holds ``base`` and its marker: a complete, verified upload."""
+    return base in volumes and base_marker_name(base) in volumes
 
 
 class Room:
@@ -55,7 +80,7 @@ class Room:
                 continue
             self.capacity[host.name] = host.capacity
             volumes = set(host.volumes)
-            self.bases[host.name] = {v for v in volumes if base_marker_name(v) in volumes}
+            self.bases[host.name] = {v for v in volumes if _verified(v, volumes)}
             for domain in host.domains:
                 if domain.state is DomainState.RUNNING:
                     self.vcpus[host.name] += domain.vcpus or 0

@@ -82,6 +82,10 @@ class ImageSource(Protocol):
 
     def fetch(self, image: Image) -> FetchedImage: ...
 
+    def size(self, image: Image) -> int | None:
+        """Bytes of ``image`` without downloading it; None when not known. Cost: a stat
+        when cached, else one HEAD request (or a stat of a ``file://`` image)."""
+
 
 class ActionFailed(Exception):
     """An action cannot go on; the message is the outcome's reason."""
