@@ -37,6 +37,7 @@ from reconciler.cli.common import (
     daemon_settings,
     guard_settings,
     host_factory,
+    image_cache,
     lock_service,
     read_limits,
     ssh_settings,
@@ -160,17 +161,11 @@ def build_engine(
 
     With ``held`` (the fleet lock's), every mutating host call is fenced by it.
     """
-    from reconciler.adapters.download import ImageCache
     from reconciler.adapters.historystore import FileHistoryStore
     from reconciler.adapters.probe import HttpProber
 
     state = state_dir(args, settings.state_dir)
-    cache = state / "images"
-    images: ImageSource = ImageCache(
-        cache,
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
-    )
+    images: ImageSource = image_cache(settings, state)
     prober: Prober = HttpProber()
     apply = ApplySettings(
         per_host_concurrency=settings.concurrency.per_host,

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from reconciler.adapters.download import ImageCache
 from reconciler.adapters.fleetlock import LockService, this_process
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
@@ -185,8 +186,6 @@ def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
     Host access as ``add_host_access_arguments`` describes; unreachable hosts
     come back as such, never as an exception.
     """
-    from reconciler.adapters.download import ImageCache
-
     settings = daemon_settings(args)
     pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
     try:
@@ -194,9 +193,14 @@ def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
         observation = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
     finally:
         pool.close()
-    images = ImageCache(
-        state_dir(args, settings.state_dir) / "images",
+    images = image_cache(settings, state_dir(args, settings.state_dir))
+    return size_bases(repo, observation, images)
+
+
+def image_cache(settings: DaemonSettings, state: Path) -> ImageCache:
+    """The image cache under ``state`` (``images/``), with the config's image limits."""
+    return ImageCache(
+        state / "images",
         allowed_file_dirs=settings.images.allow_file_dirs,
         max_bytes=settings.images.max_bytes,
     )
-    return size_bases(repo, observation, images)
