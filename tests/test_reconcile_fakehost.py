@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FLEET, HOST, PROXY, IMAGE_BYTES, FakeImages, FakeProber, FakeTime
+from enginefakes import FLEET, HOST, IMAGE_BYTES, PROXY, FakeImages, FakeProber, FakeTime
 
 from reconciler.adapters.fakehost import Call, FakeHypervisor
 from reconciler.engine.reconcile import Engine
@@ -20,8 +20,8 @@ from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState
 from reconciler.model.inventory import Capacity
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
-from reconciler.model.vm import base_marker_name
 from reconciler.model.settings import ApplySettings
+from reconciler.model.vm import base_marker_name
 
 HOSTS = ("kvm01", "kvm02")
 
