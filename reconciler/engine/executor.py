@@ -44,6 +44,7 @@ from typing import Protocol, TypeVar
 
 from reconciler.adapters.host import Hypervisor
 from reconciler.engine.check import Prober, VmHealth, check_vm
+from reconciler.engine.observe import ImageSizes
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
@@ -77,14 +78,11 @@ class FetchedImage(Protocol):
     def sha256(self) -> str: ...
 
 
-class ImageSource(Protocol):
-    """The local image cache (reconciler.adapters.download.ImageCache)."""
+class ImageSource(ImageSizes, Protocol):
+    """The local image cache (reconciler.adapters.download.ImageCache): ``fetch`` here,
+    ``size`` before planning (reconciler.engine.observe)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...
-
-    def size(self, image: Image) -> int | None:
-        """Bytes of ``image`` without downloading it; None when not known. Cost: a stat
-        when cached, else one HEAD request (or a stat of a ``file://`` image)."""
 
 
 class ActionFailed(Exception):

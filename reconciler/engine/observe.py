@@ -93,7 +93,9 @@ def observe(
 class ImageSizes(Protocol):
     """Where image sizes come from: the local image cache (``ImageCache.size``)."""
 
-    def size(self, image: Image) -> int | None: ...
+    def size(self, image: Image) -> int | None:
+        """Bytes of ``image`` without downloading it; None when not known. Cost: a stat
+        when cached, else one HEAD request (or a stat of a ``file://`` image)."""
 
 
 def size_bases(repo: Repo, observation: Observation, images: ImageSizes) -> Observation:
