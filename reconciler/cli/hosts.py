@@ -43,7 +43,7 @@ from reconciler.model.settings import SshSettings
 from reconciler.model.vm import base_volume_name
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hostcheck import BaseNeed, HostReport, Need
+    from reconciler.adapters.hypervisor.hostcheck import BaseNeed, HostReport, Need
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -108,7 +108,7 @@ def needs_uefi(repo: Repo) -> bool:
 def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
     """Every base the fleet may upload: fleet.yaml's images and the direct URLs the
     proxies name, each with its size (one cache stat or HEAD request per image)."""
-    from reconciler.adapters.hostcheck import BaseNeed  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck import BaseNeed  # libvirt loads only when needed
 
     found: dict[str, Image] = {base_volume_name(i): i for i in repo.fleet.images}
     for proxy in repo.proxies:
@@ -123,7 +123,7 @@ def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
 
 def largest_vm(repo: Repo) -> Need:
     """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
-    from reconciler.adapters.hostcheck import Need  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck import Need  # libvirt loads only when needed
 
     machines = repo.fleet.machine_types
     if not machines:
@@ -144,7 +144,9 @@ def largest_vm(repo: Repo) -> Need:
 def check_hosts(
     hosts: list[Host], ssh: SshSettings, *, need_uefi: bool, need: Need | None = None
 ) -> list[HostReport]:
-    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.libvirthost import (
+        LibvirtHost,  # libvirt loads only when needed
+    )
 
     reports: dict[str, HostReport] = {}
     lock = threading.Lock()

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.engine.check import Prober, VmHealth, check_vm
 from reconciler.engine.observe import ImageSizes
 from reconciler.engine.retry import Attempts, call_with_retry
@@ -79,8 +79,8 @@ class FetchedImage(Protocol):
 
 
 class ImageSource(ImageSizes, Protocol):
-    """The local image cache (reconciler.adapters.download.ImageCache): ``fetch`` here,
-    ``size`` before planning (reconciler.engine.observe)."""
+    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache): ``fetch``
+    here, ``size`` before planning (reconciler.engine.observe)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from reconciler.adapters.host import Hypervisor
-from reconciler.core.capacity import unsized_bases
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.plan.capacity import unsized_bases
 from reconciler.errors import HostError
 from reconciler.model import Fleet, HostInventory, Image, Inventory, Repo
 from reconciler.model.inventory import BaseSize

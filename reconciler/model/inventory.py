@@ -5,7 +5,7 @@ upload (``BaseSize``): the management box learns it from its image cache or
 the image's source, so that placement can count a base a host does not have.
 
 The JSON form (``proxyfleet inventory --json`` and ``plan --inventory FILE``)
-is produced and parsed by ``reconciler.core.inventory``.
+is produced and parsed by ``reconciler.core.load.inventory``.
 """
 
 from __future__ import annotations

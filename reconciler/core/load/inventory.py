@@ -1,0 +1,264 @@
+"""The inventory JSON format, printed by ``inventory --json`` and read by ``plan --inventory``.
+
+::
+
+    {"hosts": [
+      {"name": "kvm01", "reachable": true, "domains": [
+        {"name": "pf-home-web-1-0123abcd", "state": "running",
+         "owner": {"fleet": "home", "proxy": "web-1", "digest": "<sha256 hex>"}},
+        {"name": "windows11", "state": "shutoff", "owner": null}],
+       "volumes": ["base-debian-12-0123456789ab.qcow2", "pf-home-web-1-0123abcd.qcow2"]},
+      {"name": "kvm02", "reachable": false, "error": "ssh: connection refused"}]}
+
+``state`` is one of running, shutoff, paused, crashed, other. ``owner`` may also
+carry the provenance recorded at creation: ``imageKey``, ``imageSha256``,
+``imageBase`` (the base volume its overlay backs onto), ``revision``,
+``created`` (strings) and ``protect`` (bool); they are written only when set.
+``volumes`` (optional, default none) names the volumes of the
+host's pool. An unreachable host lists no domains and no volumes. A reachable
+host may carry ``capacity`` (``cpus``, ``memoryMiB``, ``poolCapacityBytes``,
+``poolAvailableBytes``), and the document ``baseSizes``: bytes by base volume
+name, for the bases a plan may upload (a base not listed: size not known yet).
+
+``schemas/inventory.schema.json`` states the shape; what a schema cannot say
+(a host or a domain listed twice) is checked here. Parsing collects every
+problem, each naming the file, line, column and field
+(``hosts[1].domains[0].state``), and raises one InvalidInput.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+from reconciler.core.load.jsonload import load_json
+from reconciler.core.load.yamlload import Document, FieldPath, format_path
+from reconciler.errors import InvalidInput, Problem
+from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
+from reconciler.model.inventory import BaseSize, Capacity
+
+SCHEMA_FILE = "inventory.schema.json"
+
+_OWNER_EXTRA = (
+    ("imageKey", "image_key"),
+    ("imageSha256", "image_sha256"),
+    ("imageBase", "image_base"),
+    ("revision", "revision"),
+    ("created", "created"),
+)
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and parse an inventory file; an unreadable file is InvalidInput too."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput([Problem(str(path), 0, 0, "", f"cannot read: {exc}")]) from exc
+    return parse_inventory(text, file=str(path))
+
+
+def parse_inventory(text: str, *, file: str) -> Inventory:
+    """The inventory in ``text`` (the content of ``file``); InvalidInput lists every problem:
+    the schema's first, in the order of the file, then hosts or domains listed twice."""
+    document, broken = load_json(text, file)
+    if document is None:
+        raise InvalidInput([broken] if broken is not None else [])
+    problems = _schema_problems(document)
+    problems.extend(_duplicates(document))
+    if problems:
+        raise InvalidInput(problems)
+    return _inventory(document.data)
+
+
+def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
+    out: dict[str, Any] = {"hosts": [_host_to_dict(h) for h in inventory.hosts]}
+    if inventory.base_sizes:
+        out["baseSizes"] = {b.volume: b.size_bytes for b in inventory.base_sizes}
+    return out
+
+
+def dump_inventory(inventory: Inventory) -> str:
+    """The JSON text, indented, with a trailing newline; parse_inventory reads it back."""
+    return json.dumps(inventory_to_dict(inventory), indent=2) + "\n"
+
+
+def _host_to_dict(host: HostInventory) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": host.name, "reachable": host.reachable}
+    if host.reachable:
+        out["domains"] = [_domain_to_dict(d) for d in host.domains]
+        if host.volumes:
+            out["volumes"] = list(host.volumes)
+        if host.capacity is not None:
+            out["capacity"] = _capacity_to_dict(host.capacity)
+    if host.error is not None:
+        out["error"] = host.error
+    return out
+
+
+def _capacity_to_dict(capacity: Capacity) -> dict[str, Any]:
+    return {
+        "cpus": capacity.cpus,
+        "memoryMiB": capacity.memory_mib,
+        "poolCapacityBytes": capacity.pool_capacity_bytes,
+        "poolAvailableBytes": capacity.pool_available_bytes,
+    }
+
+
+def _domain_to_dict(domain: Domain) -> dict[str, Any]:
+    owner: dict[str, Any] | None = None
+    if domain.owner is not None:
+        o = domain.owner
+        owner = {"fleet": o.fleet, "proxy": o.proxy, "digest": o.digest}
+        for key, attr in _OWNER_EXTRA:
+            if getattr(o, attr):
+                owner[key] = getattr(o, attr)
+        if o.protect:
+            owner["protect"] = True
+    found: dict[str, Any] = {"name": domain.name, "state": domain.state.value, "owner": owner}
+    if domain.reason:
+        found["reason"] = domain.reason
+    if domain.vcpus is not None:
+        found["vcpus"] = domain.vcpus
+    if domain.memory_mib is not None:
+        found["memoryMiB"] = domain.memory_mib
+    return found
+
+
+def _whole(_checker: object, instance: object) -> bool:
+    """JSON Schema counts 1.0 as an integer; a count in this file is written without a point."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole),
+)
+
+
+@cache
+def _validator() -> Any:
+    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
+    return _Validator(json.loads(text))
+
+
+def _schema_problems(document: Document) -> list[Problem]:
+    """Every schema error as a Problem in the format's own words, one per field."""
+    errors = list(_validator().iter_errors(document.data))
+    typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    found: dict[tuple[int, int, str], Problem] = {}
+    for error in errors:
+        path = tuple(error.absolute_path)
+        if path in typed and error.validator != "type":
+            continue  # a value of the wrong type: its type is the one thing to say
+        for problem in _problems(document, error, path):
+            found.setdefault((problem.line, problem.column, problem.field), problem)
+    return [found[key] for key in sorted(found)]
+
+
+def _problems(document: Document, error: ValidationError, path: FieldPath) -> Iterator[Problem]:
+    sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    hint = sub.get("x-message")
+    instance = error.instance
+
+    def at(where: FieldPath, message: str, *, key: bool = False) -> Problem:
+        mark = document.key_mark(where) if key else document.value_mark(where)
+        return Problem(document.file, mark.line, mark.column, format_path(where), message)
+
+    if "propertyNames" in error.absolute_schema_path:
+        yield at((*path, str(instance)), hint or error.message, key=True)
+    elif error.validator == "required" and isinstance(instance, dict):
+        properties = sub.get("properties", {})
+        for name in cast(list[str], error.validator_value):
+            if name not in instance:
+                missing = properties.get(name, {}).get("x-missing", "is required")
+                yield at((*path, name), missing)
+    elif error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = sub.get("properties", {})
+        for key in instance:
+            if key not in known:
+                yield at((*path, key), "is not a known field", key=True)
+    elif error.validator == "enum":
+        choices = ", ".join(str(c) for c in cast(list[object], error.validator_value))
+        yield at(path, f"{instance!r} is not one of {choices}")
+    else:
+        yield at(path, hint or error.message)
+
+
+def _duplicates(document: Document) -> Iterator[Problem]:
+    """Hosts, and domains of one host, listed twice: names are unique there."""
+
+    def listed_twice(items: object, at: FieldPath, what: str) -> Iterator[Problem]:
+        seen: set[str] = set()
+        for index, item in enumerate(items if isinstance(items, list) else []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            if name in seen:
+                mark = document.value_mark((*at, index, "name"))
+                field = format_path((*at, index, "name"))
+                message = f"{what} {name!r} is listed twice"
+                yield Problem(document.file, mark.line, mark.column, field, message)
+            seen.add(name)
+
+    hosts = document.data.get("hosts") if isinstance(document.data, dict) else None
+    yield from listed_twice(hosts, ("hosts",), "host")
+    for index, host in enumerate(hosts if isinstance(hosts, list) else []):
+        if isinstance(host, dict):
+            yield from listed_twice(host.get("domains"), ("hosts", index, "domains"), "domain")
+
+
+def _inventory(data: dict[str, Any]) -> Inventory:
+    """The Inventory of a schema-valid document."""
+    sizes = sorted((data.get("baseSizes") or {}).items())
+    return Inventory(
+        hosts=tuple(_host(raw) for raw in data["hosts"]),
+        base_sizes=tuple(BaseSize(volume, size) for volume, size in sizes),
+    )
+
+
+def _host(raw: dict[str, Any]) -> HostInventory:
+    capacity = raw.get("capacity")
+    return HostInventory(
+        name=raw["name"],
+        reachable=raw["reachable"],
+        domains=tuple(_domain(d) for d in raw.get("domains", [])),
+        error=raw.get("error"),
+        volumes=tuple(raw.get("volumes", [])),
+        capacity=Capacity(
+            cpus=capacity["cpus"],
+            memory_mib=capacity["memoryMiB"],
+            pool_capacity_bytes=capacity["poolCapacityBytes"],
+            pool_available_bytes=capacity["poolAvailableBytes"],
+        )
+        if capacity is not None
+        else None,
+    )
+
+
+def _domain(raw: dict[str, Any]) -> Domain:
+    owner = raw.get("owner")
+    return Domain(
+        name=raw["name"],
+        state=DomainState(raw["state"]),
+        owner=_owner(owner) if owner is not None else None,
+        reason=raw.get("reason") or "",
+        vcpus=raw.get("vcpus"),
+        memory_mib=raw.get("memoryMiB"),
+    )
+
+
+def _owner(raw: dict[str, Any]) -> Owner:
+    extra = {attr: raw.get(key) or "" for key, attr in _OWNER_EXTRA}
+    return Owner(
+        fleet=raw["fleet"],
+        proxy=raw["proxy"],
+        digest=raw["digest"],
+        protect=raw.get("protect", False),
+        **extra,
+    )
