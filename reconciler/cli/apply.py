@@ -38,6 +38,7 @@ from reconciler.cli.common import (
     fleet_settings,
     guard_settings,
     host_factory,
+    image_cache,
     lock_service,
     read_limits,
     ssh_settings,
@@ -168,7 +169,6 @@ def build_engine(
     ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
     (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
     """
-    from reconciler.adapters.hypervisor.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
 
@@ -176,12 +176,7 @@ def build_engine(
         state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
     else:
         state = state_dir(args, settings.state_dir)
-    cache = state / "images"
-    images: ImageSource = ImageCache(
-        cache,
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
-    )
+    images: ImageSource = image_cache(settings, state)
     prober: Prober = HttpProber()
     apply = ApplySettings(
         per_host_concurrency=settings.concurrency.per_host,

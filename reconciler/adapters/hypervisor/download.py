@@ -14,6 +14,10 @@ box, a secret or ``/dev/zero``, uploaded to every pool); ``http://`` only to
 loopback (the lab's local server). Redirects obey the same rule and never lead
 to ``file://``. A file must be a regular file once every link is resolved.
 
+``size`` tells an image's size without downloading it (placement counts a
+base a host lacks): the cached copy's, a ``file://`` image's, or the
+Content-Length of one HEAD request; None when none of them tells.
+
 Every download is capped at ``max_bytes``: a larger Content-Length is refused
 before the first byte, a body that grows past it is cut off.
 
@@ -41,7 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from reconciler.adapters.hypervisor.imageurls import check_url, network_error, open_source, redact
+from reconciler.adapters.hypervisor.imageurls import (
+    check_url,
+    network_error,
+    open_source,
+    redact,
+    source_length,
+)
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model.fleet import Image
 
@@ -50,6 +60,8 @@ log = logging.getLogger(__name__)
 _PARTIAL_PREFIX = ".partial-"
 # A partial file untouched this long was left by a process that died mid-download.
 _STALE_PARTIAL_SECONDS = 6 * 3600
+HEAD_TIMEOUT = 10.0
+"""Seconds a HEAD request for an image's size may take: it runs before planning."""
 DEFAULT_MAX_BYTES = 16 * 1024**3
 """Bytes: the largest image the cache downloads (16 GiB; cloud images are under 1 GiB)."""
 
@@ -111,6 +123,38 @@ class ImageCache:
                 return cached
             self._sweep_partials()
             return self._download(image, final)
+
+    def size(self, image: Image) -> int | None:
+        """Bytes of ``image`` without downloading it; None when that cannot be told.
+
+        Cost: a stat and a sidecar read when the cache holds a verified copy
+        (the exact size); otherwise a stat for a ``file://`` URL, or one HEAD
+        request (``HEAD_TIMEOUT`` at most) whose Content-Length is taken as told.
+        """
+        final = self.path_for(image)
+        try:
+            check_url(image.url, allowed_file_dirs=self._allowed)
+            stat = final.stat()
+        except PermanentError as exc:
+            log.info("Image %s: size not known: %s", image.key, exc)
+            return None
+        except OSError:
+            pass
+        else:
+            sidecar = _sidecar(final)
+            sha = _read_sidecar(
+                sidecar, url=image.url, size=stat.st_size, mtime_ns=stat.st_mtime_ns
+            )
+            expected = _expected(image)
+            if sha is not None and (expected is None or sha == expected):
+                return stat.st_size
+        try:
+            return source_length(
+                image, timeout=min(self._timeout, HEAD_TIMEOUT), allowed=self._allowed
+            )
+        except HostError as exc:
+            log.info("Image %s: size not known before the download: %s", image.key, exc)
+            return None
 
     def _sweep_partials(self) -> None:
         """Remove partial downloads a crashed process left behind (by age)."""

@@ -112,13 +112,42 @@ def open_source(
                 raise PermanentError(f"image {image.key}: {path} is not a regular file")
             yield handle, info.st_size
         return
+    response = _opened(image, _request(image), timeout=timeout)
+    with response:
+        length = response.headers.get("Content-Length")
+        yield response, int(length) if length and length.isdigit() else None
+
+
+def source_length(image: Image, *, timeout: float, allowed: Sequence[Path]) -> int | None:
+    """The size of ``image`` at its source: a file's size, or a HEAD's Content-Length."""
+    if urllib.parse.urlsplit(image.url).scheme.lower() == "file":
+        path = allowed_file(image.url, allowed)
+        try:
+            info = path.stat()
+        except OSError as exc:
+            raise PermanentError(f"image {image.key}: cannot read {path}: {exc}") from exc
+        return info.st_size if S_ISREG(info.st_mode) else None
+    request = _request(image, method="HEAD")
+    with _opened(image, request, timeout=timeout) as response:
+        length = response.headers.get("Content-Length")
+        return int(length) if length and length.isdigit() else None
+
+
+def _request(image: Image, *, method: str = "GET") -> urllib.request.Request:
+    headers = {"User-Agent": f"proxyfleet/{__version__}"}
+    return urllib.request.Request(image.url, headers=headers, method=method)
+
+
+def _opened(
+    image: Image, request: urllib.request.Request, *, timeout: float
+) -> http.client.HTTPResponse:
+    """The response to ``request``, redirects checked; errors classified."""
     handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
-    if (parts.hostname or "") in LOOPBACK_HOSTS:
+    if (urllib.parse.urlsplit(image.url).hostname or "") in LOOPBACK_HOSTS:
         handlers.append(urllib.request.ProxyHandler({}))
     opener = urllib.request.build_opener(*handlers)
-    request = urllib.request.Request(image.url, headers={"User-Agent": f"proxyfleet/{__version__}"})
     try:
-        response = opener.open(request, timeout=timeout)
+        response: http.client.HTTPResponse = opener.open(request, timeout=timeout)
     except HostError:
         raise
     except urllib.error.HTTPError as exc:
@@ -128,9 +157,7 @@ def open_source(
         raise network_error(image, exc.reason) from exc
     except (OSError, http.client.HTTPException) as exc:
         raise network_error(image, exc) from exc
-    with response:
-        length = response.headers.get("Content-Length")
-        yield response, int(length) if length and length.isdigit() else None
+    return response
 
 
 def network_error(image: Image, reason: object) -> HostError:

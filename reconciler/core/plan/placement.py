@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 
 from reconciler.core.plan.capacity import Room
-from reconciler.model import Host, MachineType, Proxy
+from reconciler.core.plan.vms import Made
+from reconciler.model import Host, Proxy
 
 
 class Placement:
@@ -46,9 +47,7 @@ class Placement:
             return [pin] if pin in self.hosts else []
         return self.zones.get(proxy.placement.zone, [])
 
-    def place(
-        self, proxy: Proxy, machine: MachineType, *, prefer: str | None
-    ) -> tuple[str | None, str]:
+    def place(self, proxy: Proxy, made: Made, *, prefer: str | None) -> tuple[str | None, str]:
         """The host a new VM goes to (and why), or None and the reason there is none."""
         zone, pin = proxy.placement.zone, proxy.placement.host
         candidates = self.targets(proxy)
@@ -57,7 +56,9 @@ class Placement:
                 return None, f"pinned host {pin} is not in fleet.yaml"
             return None, f"zone {zone} has no hosts in fleet.yaml"
         counted = [h for h in candidates if h in self.reachable and self._has_room(h)]
-        short = {h: self.room.shortfall(self.hosts[h], machine) for h in counted}
+        short = {
+            h: self.room.shortfall(self.hosts[h], made.machine_type, made.image) for h in counted
+        }
         free = [h for h in counted if not short[h]]
         if prefer in free:
             return prefer, f"on {prefer}, beside the VM it replaces"

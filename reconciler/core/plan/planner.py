@@ -342,7 +342,7 @@ class _Planner:
                 domain=name,
                 digest=digest,
             )
-        placed, why = self.placement.place(proxy, made.machine_type, prefer=prefer)
+        placed, why = self.placement.place(proxy, made, prefer=prefer)
         if placed is None:
             return stop(why)
         host = placed
@@ -351,10 +351,11 @@ class _Planner:
         if len(name) > MAX_DOMAIN_NAME:
             too_long = f"domain name is longer than {MAX_DOMAIN_NAME} characters"
             return stop(too_long, host=host, domain=name, digest=digest)
+        note = self.room.base_note(host, made.image)
         self.load[host] += 1
-        self.room.take(host, made.machine_type)
+        self.room.take(host, made.machine_type, made.image)
         vm = self._new(proxy, made, host)
-        reason = f"new VM {why}"
+        reason = f"new VM {why}" + (f"; {note}" if note else "")
         if replaces is None:
             return Create(
                 reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
