@@ -12,9 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from reconciler import __version__
-from reconciler.cli import apply, daemon, hosts, inventory, plan, status, validate
+from reconciler.cli import (
+    apply,
+    console,
+    daemon,
+    hosts,
+    inventory,
+    plan,
+    status,
+    validate,
+)
 
-COMMANDS = (validate, plan, inventory, apply, daemon, hosts, status)
+COMMANDS = (validate, plan, inventory, apply, daemon, hosts, status, console)
 
 
 def build_parser() -> argparse.ArgumentParser:
