@@ -141,6 +141,14 @@ def test_the_etcd_url_gets_lease_and_request_timeouts_from_the_ttl() -> None:
     assert driver_url("zookeeper://zk:2181", 30) == "zookeeper://zk:2181?timeout=30"
 
 
+def test_the_file_backends_holder_record_outlives_tooz_s_ten_second_member_timeout() -> None:
+    # Nothing heartbeats a file lock: with tooz's default a standby named its leader only in
+    # the leader's first 10 s (seen as "led by unknown" by proxyfleet reconcile on a standby).
+    assert driver_url("file:///var/lib/proxyfleet/locks", 20) == (
+        "file:///var/lib/proxyfleet/locks?timeout=31536000"
+    )
+
+
 def test_an_unknown_coordination_scheme_is_refused() -> None:
     with pytest.raises(CoordinationError, match="scheme must be one of"):
         driver_url("redis://localhost:6379", 20)

@@ -68,6 +68,10 @@ def default_url(state_dir: Path) -> str:
     return f"file://{state_dir / 'locks'}"
 
 
+FILE_MEMBER_SECONDS = 365 * 24 * 3600
+"""The file backend's member timeout (see ``driver_url``)."""
+
+
 def driver_url(url: str, ttl: float) -> str:
     """``url`` with the timeouts tooz's driver needs for ``ttl`` (values in the URL win).
 
@@ -75,6 +79,10 @@ def driver_url(url: str, ttl: float) -> str:
     ``timeout`` (one HTTP request) is a sixth of it so that a renewal that
     hangs gives up long before the lease could run out.
     ZooKeeper: ``timeout`` is the session timeout, ``ttl``.
+    File: ``timeout`` is how long a group member (the holder's record) counts without a
+    heartbeat, 10 s by default; the file lock has no lease and nothing heartbeats, so a
+    standby could name its leader only in the leader's first 10 s. It is set to a year: a
+    member leaves on release, and one whose process died is ignored (``_gone``).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in SCHEMES:
@@ -89,6 +97,8 @@ def driver_url(url: str, ttl: float) -> str:
         options.setdefault("timeout", str(max(1, int(ttl / 6))))
     elif parts.scheme == "zookeeper":
         options.setdefault("timeout", seconds)
+    elif parts.scheme == "file":
+        options.setdefault("timeout", str(FILE_MEMBER_SECONDS))
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(options)))
 
 

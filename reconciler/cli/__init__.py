@@ -16,14 +16,29 @@ from reconciler.cli import (
     apply,
     console,
     daemon,
+    get,
     hosts,
+    info,
     inventory,
     plan,
+    reconcile,
     status,
     validate,
 )
 
-COMMANDS = (validate, plan, inventory, apply, daemon, hosts, status, console)
+COMMANDS = (
+    validate,
+    plan,
+    inventory,
+    apply,
+    daemon,
+    hosts,
+    status,
+    reconcile,
+    get,
+    info,
+    console,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reconciler.adapters.controlsocket import ControlServer, socket_path
 from reconciler.adapters.fleetlock import LockService
 from reconciler.adapters.gitsource import GitSource
 from reconciler.adapters.host import Hypervisor
@@ -19,6 +20,7 @@ from reconciler.cli.common import config_error, guard_settings, lock_service, re
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
+from reconciler.engine.control import Control
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
@@ -143,6 +145,7 @@ def serve(
         leadership=leadership,
     )
     try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
         daemon = Daemon(
             settings,
             cycle,
@@ -159,7 +162,27 @@ def serve(
         locks.close()
         return 1
     try:
+        control = ControlServer(
+            socket_path(settings.state_dir),
+            Control(
+                daemon.runs,
+                reports=lambda: daemon.reports,
+                role=leadership.describe,
+                history=engine.history.load,
+                inventory=lambda: engine.last_inventory,
+                standby=lambda: leadership.fleet is not None and not leadership.leading,
+            ).handle,
+        )
+    except OSError as exc:
+        print(f"proxyfleet run: cannot open the control socket: {exc}", file=sys.stderr)
+        daemon.http.stop()
+        engine.close()
+        locks.close()
+        return 1
+    control.start()
+    try:
         return daemon.run()
     finally:
+        control.stop()
         engine.close()
         locks.close()
