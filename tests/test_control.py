@@ -219,6 +219,53 @@ def test_the_socket_is_mode_0600_and_a_peer_of_another_uid_is_refused(sock_dir: 
         server.stop()
 
 
+NOBODY = 65534
+
+
+def ask_as(uid: int, path: Path) -> str:
+    """What a process running as ``uid`` gets from the socket: the answer line, or the
+    error of its connect (a forked child; the venv's interpreter is not for other users)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid, ask, report, exit without cleanup
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX) as client:
+                client.settimeout(10)
+                client.connect(str(path))
+                client.sendall(b'{"command": "get"}\n')
+                answer = client.makefile("rb").readline()
+        except OSError as exc:
+            answer = f"{type(exc).__name__}".encode()
+        os.write(write_end, answer)
+        os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with os.fdopen(read_end, "rb") as pipe:
+        return pipe.read().decode().strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_a_user_other_than_root_is_kept_out_by_the_file_mode_and_then_by_peer_credentials(
+    sock_dir: Path,
+) -> None:
+    sock_dir.chmod(0o755)
+    path = sock_dir / "control.sock"
+    control = Control(RunBoard(lambda: None), reports=lambda: [], role=lambda: "")
+    server = ControlServer(path, control.handle)
+    server.start()
+    try:
+        assert ask_as(NOBODY, path) == "PermissionError"  # mode 0600, owned by root
+        path.chmod(0o666)  # past the file mode, the peer check still refuses
+        refused = json.loads(ask_as(NOBODY, path))
+        assert refused == {"error": f"refused: uid {NOBODY} may not use the control socket"}
+        assert "status" in json.loads(ask_as(0, path))  # root is served
+    finally:
+        server.stop()
+
+
 def test_peer_credentials_name_the_connecting_process_uid() -> None:
     left, right = socket.socketpair(socket.AF_UNIX)
     with left, right:

@@ -1,11 +1,13 @@
 """The daemon's control socket: a local unix socket for ``proxyfleet reconcile``, ``get``
 and ``info``, open to root only.
 
-Who may ask is decided twice: the socket file is made mode 0600 (owned by the
-daemon's user, root under systemd) inside the state dir, and every connection's
-peer is checked with ``SO_PEERCRED``: a uid other than root's or the daemon's own
-is answered with one refusal line and closed (and logged). Nothing else reaches
-it: it is not on the network.
+Who may ask is decided twice: the socket file is made mode 0600 inside the state
+dir (so owned by the daemon's user: root when the daemon runs as root, the
+``proxyfleet`` user under the shipped unit, and root passes file permissions
+either way), and every connection's peer is checked with ``SO_PEERCRED``: a uid
+other than root's is answered with one refusal line and closed (and logged),
+including the daemon's own user, whose processes have no business asking. It is
+not on the network.
 
 The protocol is JSON lines. The client sends one request line
 (``{"command": "reconcile"}``, ``{"command": "get"}``, ``{"command": "info",
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "control.sock"
 """The socket's file name in the daemon's state dir."""
+ROOT_ONLY = frozenset({0})
 MAX_REQUEST = 64 * 1024
 READ_TIMEOUT = 10.0
 MAX_CLIENTS = 16
@@ -74,7 +77,7 @@ class ControlServer:
     ) -> None:
         """Binds now (raises OSError, e.g. another daemon's live socket is there).
 
-        ``allowed_uids``: root and this process's own uid by default.
+        ``allowed_uids``: root only by default.
         """
         self.path = path
         self._handler = handler
