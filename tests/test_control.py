@@ -422,3 +422,24 @@ def test_reconcile_timeout_takes_durations(capsys: pytest.CaptureFixture[str]) -
     assert duration("90") == 90 and duration("5m") == 300 and duration("1h") == 3600
     with pytest.raises(argparse.ArgumentTypeError):
         duration("soon")
+
+
+def test_reconcile_gives_up_after_its_timeout_and_says_the_run_goes_on(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sock_dir / "control.sock"
+    release = threading.Event()
+
+    def slow(req: Mapping[str, Any], reply: Any) -> None:
+        reply({"event": "queued", "runningNow": False})
+        release.wait(10)
+
+    server = ControlServer(path, slow)
+    server.start()
+    try:
+        code, out, err = cli(capsys, "reconcile", "--socket", str(path), "--timeout", "0.5")
+    finally:
+        release.set()
+        server.stop()
+    assert code == 1 and out == ""
+    assert "no answer from the daemon in time (a run it started goes on)" in err

@@ -251,12 +251,14 @@ def _answers_of(
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ControlError("no answer from the daemon in time")
+                raise ControlError("no answer from the daemon in time (a run it started goes on)")
             sock.settimeout(left)
         try:
             chunk = sock.recv(65536)
         except TimeoutError as exc:
-            raise ControlError("no answer from the daemon in time") from exc
+            raise ControlError(
+                "no answer from the daemon in time (a run it started goes on)"
+            ) from exc
         except OSError as exc:
             raise ControlError(f"the daemon at {path} hung up: {exc}") from exc
         if not chunk:
