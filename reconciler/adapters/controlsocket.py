@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 SOCKET_NAME = "control.sock"
 """The socket's file name in the daemon's state dir."""
 ROOT_ONLY = frozenset({0})
+MAX_ADDRESS = 100
+"""Bytes of a socket path used as it is (the kernel's limit is 108 with the final NUL)."""
 MAX_REQUEST = 64 * 1024
 READ_TIMEOUT = 10.0
 MAX_CLIENTS = 16
@@ -124,12 +126,15 @@ class ControlServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             uid = peer_uid(conn)
+            # The request is read (bounded) before a refusal too: a socket closed with
+            # unread data resets its peer, which could then miss the refusal line.
+            request = _parse_request(_read_line(conn))
             if uid not in self._allowed:
                 log.warning("Control socket: refused a client running as uid %d.", uid)
                 _send(conn, {"error": f"refused: uid {uid} may not use the control socket"})
                 return
-            request = _read_request(conn)
-            if request is None:
+            if isinstance(request, str):
+                _send(conn, {"error": request})
                 return
             conn.settimeout(None)
             self._handler(request, lambda answer: _send(conn, answer))
@@ -155,7 +160,8 @@ def _bind(path: Path) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        listener.bind(str(path))
+        with _address(path) as address:
+            listener.bind(address)
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
@@ -170,10 +176,26 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _address(path: Path) -> Iterator[str]:
+    """An address for ``path`` that fits a unix socket's 108 bytes: the path itself, or for a
+    longer one (a deep stateDir) the socket's name under its directory's descriptor
+    (``/proc/self/fd/N/control.sock``), which the kernel resolves to the same file."""
+    if len(os.fsencode(path)) < MAX_ADDRESS:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def _answers(path: Path) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.connect(str(path))
+        with _address(path) as address:
+            probe.connect(address)
     except OSError:
         return False
     finally:
@@ -181,26 +203,34 @@ def _answers(path: Path) -> bool:
     return True
 
 
-def _read_request(conn: socket.socket) -> Mapping[str, Any] | None:
+def _read_line(conn: socket.socket) -> bytes | None:
+    """The request line; None when it is not complete in time or too long."""
     conn.settimeout(READ_TIMEOUT)
     data = bytearray()
     deadline = time.monotonic() + READ_TIMEOUT
     while b"\n" not in data:
         if len(data) > MAX_REQUEST or time.monotonic() > deadline:
-            _send(conn, {"error": "bad request: no request line in time or too long"})
             return None
-        chunk = conn.recv(4096)
+        try:
+            chunk = conn.recv(4096)
+        except TimeoutError:
+            return None
         if not chunk:
             return None
         data += chunk
-    line = bytes(data).split(b"\n", 1)[0]
+    return bytes(data).split(b"\n", 1)[0]
+
+
+def _parse_request(line: bytes | None) -> Mapping[str, Any] | str:
+    """The request, or what is wrong with it."""
+    if line is None:
+        return "bad request: no complete request line in time, or one too long"
     try:
         request = json.loads(line)
     except ValueError:
         request = None
     if not isinstance(request, dict) or not isinstance(request.get("command"), str):
-        _send(conn, {"error": 'bad request: send one JSON object line with a "command"'})
-        return None
+        return 'bad request: send one JSON object line with a "command"'
     return request
 
 
@@ -222,7 +252,8 @@ def request(
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
-            sock.connect(str(path))
+            with _address(path) as address:
+                sock.connect(address)
         except FileNotFoundError as exc:
             raise ControlError(
                 f"no daemon control socket at {path}; is proxyfleet run up?"
@@ -231,7 +262,9 @@ def request(
             raise ControlError(f"{path}: permission denied (the control socket is root's)") from exc
         except OSError as exc:
             raise ControlError(f"cannot reach the daemon at {path}: {exc.strerror or exc}") from exc
-        sock.sendall(json.dumps(message).encode() + b"\n")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            # Refused before the request was read: the refusal line is waiting.
+            sock.sendall(json.dumps(message).encode() + b"\n")
         yield from _answers_of(sock, path, deadline)
     finally:
         sock.close()
