@@ -19,8 +19,8 @@ import pytest
 from daemonutil import FakeCycle, running, wait_until
 from reports import REV2, T0, report
 
-from reconciler.adapters.controlsocket import ControlServer, peer_uid, request, socket_path
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.controlsocket import ControlServer, peer_uid, request, socket_path
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import main
 from reconciler.engine.control import Control, Finished, RunBoard, picture
 from reconciler.engine.daemon import Daemon

@@ -13,7 +13,7 @@ from daemonutil import wait_until
 from gitutil import git
 from lockprocs import ROOT, fleet_files, fleet_remote, start_daemon
 
-from reconciler.adapters.toozlock import default_url
+from reconciler.adapters.coordination.toozlock import default_url
 
 HERE = Path(__file__).parent
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters import baseimage
+from reconciler.adapters.hypervisor import baseimage
 from reconciler.cli.progress import detail
 from reconciler.progress import ProgressEvent
 

@@ -30,8 +30,8 @@ import tty
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from reconciler.adapters.console import ConsoleStream
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.console import ConsoleStream
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -139,8 +139,8 @@ def find_vm(
 
 def open_libvirt(hypervisor: Hypervisor, domain: str, force: bool) -> ConsoleStream:
     """The real opener: a libvirt console stream on the host's session."""
-    from reconciler.adapters.libvirtconsole import open_console
-    from reconciler.adapters.libvirthost import LibvirtHost
+    from reconciler.adapters.hypervisor.libvirtconsole import open_console
+    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 
     if not isinstance(hypervisor, LibvirtHost):
         raise TypeError(f"no libvirt session for host {hypervisor.name}")

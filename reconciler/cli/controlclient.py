@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters import controlsocket
+from reconciler.adapters.surface import controlsocket
 from reconciler.cli.common import ENV_STATE_DIR, daemon_settings, state_dir
-from reconciler.core import durations
-from reconciler.core.settings import DEFAULT_CONFIG
+from reconciler.core.load import durations
+from reconciler.core.load.settings import DEFAULT_CONFIG
 
 EXIT_OK = 0
 EXIT_ERROR = 1

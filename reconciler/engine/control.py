@@ -5,7 +5,7 @@ that *starts* after the request (a run already going when the request came may
 have fetched the repo before it, so it does not count; the request's trigger
 queues the next one, coalesced with any other, reconciler.engine.triggers).
 
-``Control.handle`` serves the three commands (adapters.controlsocket carries them):
+``Control.handle`` serves the three commands (adapters.surface.controlsocket carries them):
 
 - ``reconcile``: ``{"event": "queued"}`` at once, then ``{"event": "finished",
   "run": ...}`` with the run's summary, or ``{"event": "standby", "role": ...}``
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core import statusdoc
+from reconciler.core.status import statusdoc
 from reconciler.model import Inventory
 from reconciler.model.history import History
 from reconciler.model.plan import ActionKind

@@ -20,8 +20,8 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters.libvirtconsole import open_console
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirtconsole import open_console
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli.console import session
 from reconciler.errors import NotFoundError, PermanentError
 
