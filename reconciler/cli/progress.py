@@ -14,24 +14,27 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from typing import TYPE_CHECKING
 
 from reconciler.progress import ATTRIBUTE, LOGGER, ProgressEvent
+
+if TYPE_CHECKING:  # rich loads only when bars are drawn: every command starts without it
+    from rich.console import Console
+    from rich.progress import TaskID
 
 
 class ProgressView(logging.Handler):
     """A logging handler drawing ProgressEvents as bars on ``console``."""
 
     def __init__(self, console: Console, formatter: logging.Formatter | None = None) -> None:
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         super().__init__()
         if formatter is not None:
             self.setFormatter(formatter)
@@ -86,6 +89,8 @@ def progress_bars(enabled: bool) -> Iterator[bool]:
     if not enabled:
         yield False
         return
+    from rich.console import Console
+
     root = logging.getLogger()
     saved = root.handlers[:]
     console = Console(file=sys.stderr if sys.stderr.isatty() else sys.stdout)
