@@ -141,14 +141,6 @@ def test_the_etcd_url_gets_lease_and_request_timeouts_from_the_ttl() -> None:
     assert driver_url("zookeeper://zk:2181", 30) == "zookeeper://zk:2181?timeout=30"
 
 
-def test_the_file_backends_holder_record_outlives_tooz_s_ten_second_member_timeout() -> None:
-    # Nothing heartbeats a file lock: with tooz's default a standby named its leader only in
-    # the leader's first 10 s (seen as "led by unknown" by proxyfleet reconcile on a standby).
-    assert driver_url("file:///var/lib/proxyfleet/locks", 20) == (
-        "file:///var/lib/proxyfleet/locks?timeout=31536000"
-    )
-
-
 def test_an_unknown_coordination_scheme_is_refused() -> None:
     with pytest.raises(CoordinationError, match="scheme must be one of"):
         driver_url("redis://localhost:6379", 20)
@@ -175,3 +167,19 @@ def test_a_zookeeper_url_without_kazoo_installed_says_what_is_missing() -> None:
             locks.lock("home").acquire()
     finally:
         locks.close()
+
+
+def test_the_holder_is_still_named_long_after_it_took_the_file_lock(tmp_path: Path) -> None:
+    url = default_url(tmp_path)
+    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
+    try:
+        assert first.lock("home").acquire()
+        hour_ago = time.time() - 3600
+        for record in (tmp_path / "locks" / "groups").rglob("*.raw"):
+            os.utime(record, (hour_ago, hour_ago))  # as if taken an hour ago, never touched
+
+        holder = second.lock("home").holder()
+        assert holder is not None and holder.box == "box-a"
+    finally:
+        first.close()
+        second.close()

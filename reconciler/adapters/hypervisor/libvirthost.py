@@ -399,7 +399,13 @@ class LibvirtHost:
         macs = interface_macs(xml)
         table = self._session.read_host_file(ARP_TABLE) if macs else None
         ips = arp_ipv4(table, macs) if table is not None else ()
-        self._session.trace("read", ARP_TABLE, ", ".join(ips) or "none", domain=domain)
+        if ips:
+            log.debug(
+                "host %s: address of %s from the host's ARP table: %s",
+                self.name,
+                domain,
+                ", ".join(ips),
+            )
         return ips
 
     def _lookup(self, domain: str) -> Any | None:
