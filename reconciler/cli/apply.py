@@ -38,6 +38,7 @@ from reconciler.cli.common import (
     fleet_settings,
     guard_settings,
     host_factory,
+    image_cache,
     lock_service,
     read_limits,
     ssh_settings,
@@ -173,7 +174,6 @@ def build_engine(
     ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
     (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
     """
-    from reconciler.adapters.hypervisor.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
 
@@ -181,11 +181,9 @@ def build_engine(
         state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
     else:
         state = state_dir(args, settings.state_dir)
-    cache = state / "images"
-    images: ImageSource = ImageCache(
-        cache,
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
+    images: ImageSource = image_cache(
+        settings,
+        state,
         progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
     )
     prober: Prober = HttpProber()
