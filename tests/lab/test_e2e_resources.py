@@ -12,8 +12,6 @@ Scenarios, in file order, sharing one apply and two guests:
    missing socket (sshd's "Connect failed", told apart as "libvirt's socket ... is
    missing"), then started: the apply goes on over streamlocal (no "refuses unix socket
    forwarding", no virt-ssh-helper), r-big serves, ``hosts check`` says ``via streamlocal``.
-4. ``proxyfleet console r-big`` in a pty: Enter wakes the guest's serial getty (``r-big
-   login:``), Ctrl-] detaches with exit 0 (issue 16).
 2. A's pool filled from the host side, a guest write through the guest agent: QEMU pauses
    r-full (``paused (I/O error)``); apply reports the reason and the pool's free space and
    leaves it paused; the filler removed, the next apply resumes it and it serves again.
@@ -21,12 +19,8 @@ Scenarios, in file order, sharing one apply and two guests:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import pty
 import re
-import select
 import subprocess
 import sys
 import time
@@ -277,54 +271,6 @@ def test_a_libvirtd_restart_keeps_streamlocal(fleet: Fleet) -> None:
     reports = {r["host"]: r for r in json.loads(check.stdout)}
     ssh = next(i for i in reports[fleet.roomy]["items"] if i["name"] == "ssh")
     assert ssh["ok"] and ssh["detail"].endswith("via streamlocal"), ssh
-
-
-def test_console_attaches_a_terminal_to_the_vms_serial_getty_and_ctrl_bracket_detaches(
-    fleet: Fleet,
-) -> None:
-    """Issue 16: ``proxyfleet console`` on r-big (on B, serving since scenario 1), in a pty
-    as an operator's terminal: Enter wakes the guest's serial getty, whose prompt names the
-    proxy (its hostname), and Ctrl-] ends the session with exit 0."""
-    leader, follower = pty.openpty()
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "reconciler", "console", "r-big", "--repo", str(fleet.repo)),
-            *("--ssh-key", fleet.lab["sshKey"], "--known-hosts", fleet.lab["knownHosts"]),
-        ],
-        cwd=ROOT,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-    )
-    os.close(follower)
-    seen = bytearray()
-    try:
-        deadline = time.monotonic() + 120
-        nudged = 0.0
-        while not re.search(rb"r-big login:", seen):
-            assert proc.poll() is None, seen.decode(errors="replace")
-            assert time.monotonic() < deadline, seen.decode(errors="replace")
-            if b"escape character is ^]" in seen and time.monotonic() - nudged > 5:
-                os.write(leader, b"\r")
-                nudged = time.monotonic()
-            if select.select([leader], [], [], 0.5)[0]:
-                seen += os.read(leader, 65536)
-        prompt_after = time.monotonic() - started
-        os.write(leader, b"\x1d")
-        assert proc.wait(timeout=30) == 0, seen.decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            while select.select([leader], [], [], 0.2)[0] and (chunk := os.read(leader, 65536)):
-                seen += chunk
-        os.close(leader)
-    text = seen.decode(errors="replace")
-    print(f"console: login prompt {prompt_after:.1f} s after the command started")
-    assert re.search(r"Connected to pf-res-r-big-[0-9a-f]{8} on " + fleet.roomy, text), text
-    assert "Disconnected from pf-res-r-big-" in text and "(escape)" in text, text
 
 
 def test_a_vm_paused_by_a_full_pool_is_reported_then_resumed_and_healthy(fleet: Fleet) -> None:
