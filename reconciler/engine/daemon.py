@@ -24,6 +24,7 @@ from pathlib import Path
 
 from reconciler.adapters.git.source import Checkout, Source
 from reconciler.core.status.conditions import run_failed, stalled
+from reconciler.engine.control import Finished, RunBoard
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
@@ -148,6 +149,8 @@ class Daemon:
         self.leadership = parts.leadership
         self.stop = runtime.stop
         self.triggers = TriggerQueue()
+        self.runs = RunBoard(lambda: self.triggers.fire("reconcile"))
+        """Runs asked for over the control socket and who waits for them (engine.control)."""
         self.metrics = parts.metrics
         self.reports: list[RunReport] = []
         """Reports of the last cycles, newest last; appended once metrics and status are written."""
@@ -236,6 +239,7 @@ class Daemon:
         finally:
             self._notifier.stopping("Stopping")
             self.stop.set()
+            self.runs.close()
             if self.http is not None:
                 self.http.stop()
             if watcher is not None:
@@ -273,6 +277,7 @@ class Daemon:
         with self._lock:
             self._cycle_started = self._monotonic()
         started = self._clock()
+        number = self.runs.start()
         try:
             report = self._cycle(self.stop)
         except Exception as exc:  # a bug in one cycle must not end the daemon
@@ -285,14 +290,17 @@ class Daemon:
             role = self.leadership.describe() if self.leadership is not None else "standby"
             log.info("Reconcile finished: nothing done, %s.", role)
             self._notifier.status(f"Standby: {role}")
+            self.runs.finish(Finished(number, None, role if self.leadership is not None else ""))
             return None
         self._report(report)
         self.reports = [*self.reports[-9:], report]
         summary = _summary(report)
         log.info("Reconcile finished: %s.", summary)
-        if self.leadership is not None:
-            summary = f"{summary}; {self.leadership.describe()}"
+        role = self.leadership.describe() if self.leadership is not None else ""
+        if role:
+            summary = f"{summary}; {role}"
         self._notifier.status(summary)
+        self.runs.finish(Finished(number, report, role))
         return report
 
     def _report(self, report: RunReport) -> None:

@@ -21,6 +21,8 @@ import libvirt
 from reconciler.adapters.hypervisor.deadline import Deadline
 from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
 from reconciler.errors import PermanentError, TransientError
+from reconciler.progress import ProgressEvent
+from reconciler.progress import emit as emit_progress
 
 log = logging.getLogger("reconciler.image")
 
@@ -94,6 +96,7 @@ class Progress:
         self.host, self.name, self.size = host, name, size
         self.sent = 0
         self.started = self.last = time.monotonic()
+        self._log("uploading")
 
     def add(self, count: int) -> None:
         self.sent += count
@@ -108,7 +111,16 @@ class Progress:
     def _log(self, verb: str) -> None:
         seconds = max(time.monotonic() - self.started, 1e-6)
         percent = 100.0 * self.sent / self.size if self.size else 100.0
-        log.info(
+        event = ProgressEvent(
+            task=f"upload {self.host} {self.name}",
+            description=f"upload {self.name} to {self.host}",
+            done=self.sent,
+            total=self.size,
+            unit="bytes",
+            finished=verb == "uploaded",
+        )
+        emit_progress(
+            event,
             "host %s: %s %s: %.1f of %.1f MB (%.0f%%) at %.1f MB/s",
             self.host,
             verb,
