@@ -64,7 +64,7 @@ from benchmarks.common import (
 )
 from lab import imagebuild, imageupdate
 from lab.answering import EVERY, Answering
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image
 from reconciler.model.vm import base_volume_name
 
