@@ -9,6 +9,9 @@ where the outside world is met (an adapter), and never re-classified above it::
     ├── SourceError             the fleet repo cannot be fetched or its head is refused
     ├── CoordinationError       the coordination service (the fleet lock's backend) cannot
     │                           be used: unreachable, no quorum, bad URL
+    ├── DecryptError            a secret of the fleet repo does not decrypt with the
+    │                           box's age identity (wrong recipient, damaged file);
+    │                           becomes a Problem naming the file that refers to it
     └── HostError               anything that went wrong talking to a hypervisor
         ├── TransientError      retry with backoff: link down, timeout, busy
         ├── PermanentError      report and stop retrying: bad key, refused host key,
@@ -138,4 +141,12 @@ class CoordinationError(ProxyfleetError):
     Raised by the lock adapter for an unreachable backend, a cluster without
     quorum or a URL no driver understands; never for "someone else holds it",
     which is an answer, not an error.
+    """
+
+
+class DecryptError(ProxyfleetError):
+    """A secret's ciphertext does not decrypt with the age identity of this box.
+
+    The message says why in age's words (no matching identity, a damaged
+    header) and never carries plaintext: there is none.
     """

@@ -31,20 +31,24 @@ from typing import Any
 
 from reconciler.adapters.fleetlock import FleetLock
 from reconciler.cli.common import (
+    add_age_identity_argument,
     add_host_access_arguments,
     add_repo_argument,
+    age_identity_file,
     config_error,
     daemon_settings,
     guard_settings,
     host_factory,
     lock_service,
     read_limits,
+    secret_access,
     ssh_settings,
     state_dir,
     table,
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
+from reconciler.core.secretrefs import SecretAccess
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
@@ -70,6 +74,7 @@ def register(sub: Any) -> None:
     )
     add_repo_argument(parser)
     add_host_access_arguments(parser, state_dir=True)
+    add_age_identity_argument(parser)
     parser.add_argument("--yes", action="store_true", help="apply without asking")
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
@@ -100,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
     try:
         locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
+        identity = age_identity_file(args, settings.secrets.age_identity_file)
+        secrets = secret_access(identity, need_values=True)
     except ConfigError as exc:
         return config_error(exc)
     stop = threading.Event()
@@ -112,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
             # An invalid repo (no fleet id) stalls before any host is contacted: no lock needed,
             # and a fence that never opens.
             held = lock.held if lock is not None else (lambda: False)
-            engine = build_engine(args, settings, runtime=Runtime.interruptible(stop), held=held)
+            engine = build_engine(
+                args, settings, runtime=Runtime.interruptible(stop), held=held, secrets=secrets
+            )
             try:
                 return apply_with(args, engine)
             finally:
@@ -155,6 +164,7 @@ def build_engine(
     *,
     runtime: Runtime,
     held: Callable[[], bool] | None = None,
+    secrets: SecretAccess | None = None,
 ) -> Engine:
     """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
 
@@ -188,6 +198,7 @@ def build_engine(
         history=FileHistoryStore(state / "history.json"),
         guards=guard_settings(settings, state_dir(args, settings.state_dir)),
         read_limits=read_limits(settings),
+        secrets=secrets,
     )
 
 

@@ -5,7 +5,9 @@ from, highest first: ``--ssh-key`` / ``--known-hosts``, the environment
 (``PROXYFLEET_SSH_KEY``, ``PROXYFLEET_KNOWN_HOSTS``), the daemon config
 (``--config FILE``, else /etc/proxyfleet/proxyfleet.yaml when it exists), and
 the built-in defaults. The state dir (image cache) likewise: ``--state-dir``,
-``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet.
+``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet. The age
+identity that decrypts the repo's secrets likewise: ``--age-identity``,
+``PROXYFLEET_AGE_IDENTITY``, the config's ``secrets.ageIdentityFile``, none.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from reconciler.adapters.fleetlock import LockService, this_process
 from reconciler.adapters.host import Hypervisor
 from reconciler.core.manifests import load_repo
 from reconciler.core.repofiles import ReadLimits
+from reconciler.core.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostPool
@@ -31,6 +34,7 @@ from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettin
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
 ENV_STATE_DIR = "PROXYFLEET_STATE_DIR"
+ENV_AGE_IDENTITY = "PROXYFLEET_AGE_IDENTITY"
 
 
 def add_repo_argument(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +72,41 @@ def add_host_access_arguments(parser: argparse.ArgumentParser, *, state_dir: boo
             metavar="DIR",
             help=f"where the image cache lives (env {ENV_STATE_DIR}; default /var/lib/proxyfleet)",
         )
+
+
+def add_age_identity_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--age-identity",
+        type=Path,
+        metavar="FILE",
+        help="age identity file that decrypts the repo's secrets/NAME.age "
+        f"(env {ENV_AGE_IDENTITY}; default: the config's secrets.ageIdentityFile)",
+    )
+
+
+def age_identity_file(args: argparse.Namespace, base: Path | None = None) -> Path | None:
+    """--age-identity, then the environment, then ``base`` (the config's), else None."""
+    flag: Path | None = getattr(args, "age_identity", None)
+    return flag or _env_path(ENV_AGE_IDENTITY) or base
+
+
+def configured_identity(args: argparse.Namespace) -> Path | None:
+    """The identity file for ``plan``: flag, environment, else the daemon config's (read only
+    then, so that a plan with --age-identity never depends on /etc). Raises ConfigError."""
+    found = age_identity_file(args)
+    return found if found is not None else daemon_settings(args).secrets.age_identity_file
+
+
+def secret_access(identity: Path | None, *, need_values: bool) -> SecretAccess:
+    """How a load treats secrets with the identity file ``identity`` (None: none).
+
+    Raises ConfigError when the identity file is unusable.
+    """
+    if identity is None:
+        return SecretAccess(need_values=need_values)
+    from reconciler.adapters.agesecrets import load_identity  # pyrage loads only here
+
+    return SecretAccess(load_identity(identity), need_values=need_values)
 
 
 def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
@@ -144,10 +183,10 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
     )
 
 
-def load_repo_or_complain(root: Path) -> Repo | None:
+def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
     """The repo, or None after printing every problem to stderr."""
     try:
-        return load_repo(root)
+        return load_repo(root, secrets=secrets)
     except InvalidInput as exc:
         print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
         for problem in exc.problems:

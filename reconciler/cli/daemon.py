@@ -15,8 +15,15 @@ from reconciler.adapters.host import Hypervisor
 from reconciler.adapters.metrics import Metrics
 from reconciler.adapters.notify import SdNotify
 from reconciler.adapters.statuswriter import GitStatusWriter
-from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
+from reconciler.cli.common import (
+    config_error,
+    guard_settings,
+    lock_service,
+    read_limits,
+    secret_access,
+)
 from reconciler.cli.logsetup import setup_logging
+from reconciler.core.secretrefs import SecretAccess
 from reconciler.core.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
@@ -57,6 +64,7 @@ def build_engine(
     host_factory: HostFactory | None = None,
     images: ImageSource | None = None,
     prober: Prober | None = None,
+    secrets: SecretAccess | None = None,
 ) -> Engine:
     """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
     unless a factory is given, each fenced by ``held`` (the fleet lock)."""
@@ -91,17 +99,20 @@ def build_engine(
         history=FileHistoryStore(settings.state_dir / "history.json"),
         guards=guard_settings(settings, settings.state_dir),
         read_limits=read_limits(settings),
+        secrets=secrets,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
+        # The identity is read once, at start: an unusable one stops the daemon here.
+        secrets = secret_access(settings.secrets.age_identity_file, need_values=True)
         locks = lock_service(settings, settings.state_dir, role="daemon")
     except ConfigError as exc:
         return config_error(exc)
     setup_logging(settings.log.level, settings.log.format, verbose=getattr(args, "verbose", 0))
-    return serve(settings, locks)
+    return serve(settings, locks, secrets=secrets)
 
 
 def serve(
@@ -112,6 +123,7 @@ def serve(
     images: ImageSource | None = None,
     prober: Prober | None = None,
     notifier: SdNotify | None = None,
+    secrets: SecretAccess | None = None,
 ) -> int:
     """Assemble the daemon (source, lock, engine, status, metrics) and run it until SIGTERM.
 
@@ -131,6 +143,7 @@ def serve(
         host_factory=host_factory,
         images=images,
         prober=prober,
+        secrets=secrets,
     )
     status = (
         GitStatusWriter(settings.repo, settings.status, settings.state_dir / "status")

@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.common import (
+    add_age_identity_argument,
     add_host_access_arguments,
     add_repo_argument,
     config_error,
+    configured_identity,
     load_repo_or_complain,
     observe_live,
+    secret_access,
 )
 from reconciler.core.inventory import load_inventory
 from reconciler.core.planner import UP_TO_DATE, plan
@@ -94,11 +97,17 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_host_access_arguments(parser)
+    add_age_identity_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    repo = load_repo_or_complain(args.repo)
+    try:
+        # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
+        secrets = secret_access(configured_identity(args), need_values=True)
+    except ConfigError as exc:
+        return config_error(exc)
+    repo = load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR
     inventory: Inventory

@@ -28,6 +28,7 @@ from reconciler.model.settings import (
     ListenSettings,
     LogSettings,
     RepoSettings,
+    SecretSettings,
     SshSettings,
     StatusSettings,
     WebhookSettings,
@@ -140,6 +141,9 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         listen=ListenSettings(host=host.strip("[]"), port=int(port)),
         webhook=WebhookSettings(
             secret_file=_path(dict(_pairs(doc, "webhook")).get("secretFile"), base)
+        ),
+        secrets=SecretSettings(
+            age_identity_file=_path(dict(_pairs(doc, "secrets")).get("ageIdentityFile"), base)
         ),
         status=StatusSettings(
             enabled=bool(status.get("enabled", True)),
