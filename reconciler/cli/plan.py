@@ -7,7 +7,8 @@ With ``--inventory FILE`` it plans offline against an inventory in the
 Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
 interrupted create), ``-/+`` replace, ``~`` start or
 relabel (the VM's recorded protect flag), ``!`` blocked (with the action it
-stopped), ``?`` abandoned. Up-to-date VMs
+stopped), ``?`` abandoned. A new VM whose userData uses secrets lists their
+names, each value shown as ``(sensitive)``. Up-to-date VMs
 are counted, not listed; a kept VM with something to say (shut off under
 drift detect, paused, crashed) is listed with ``=``.
 
@@ -40,7 +41,8 @@ from reconciler.core.inventory import load_inventory
 from reconciler.core.planner import UP_TO_DATE, plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
-from reconciler.model.plan import Blocked, Cleanup, Replace, blocked_kind, replaced
+from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
+from reconciler.model.secrets import SENSITIVE
 
 EXIT_NO_CHANGES = 0
 EXIT_ERROR = 1
@@ -156,7 +158,15 @@ def action_json(action: Action) -> dict[str, Any]:
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
         "volumes": list(action.volumes) if isinstance(action, Cleanup | Blocked) else [],
         "batch": action.batch if isinstance(action, Replace) else None,
+        "secrets": dict.fromkeys(_secrets(action), SENSITIVE),
     }
+
+
+def _secrets(action: Action) -> list[str]:
+    """The names of the secrets a new VM's userData uses (their values are never shown)."""
+    if isinstance(action, Create | Replace):
+        return [secret.name for secret in action.vm.cloud_init.secrets]
+    return []
 
 
 def render_plan(result: Plan, *, color: bool) -> str:
@@ -186,7 +196,9 @@ def _line(action: Action, *, color: bool) -> str:
     head = f"{symbol} {verb:<15} {where}"
     if color:
         head = f"\033[{_COLORS[action.kind]}m{head}\033[0m"
-    return f"{head}\n      {action.reason}"
+    used = _secrets(action)
+    secrets = f"\n      secrets: {', '.join(used)} {SENSITIVE}" if used else ""
+    return f"{head}\n      {action.reason}{secrets}"
 
 
 def summary_line(result: Plan) -> str:
