@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,21 @@ def test_the_example_repo_and_the_labs_squid_user_data_pass(tmp_path: Path) -> N
     from labutil import squid_user_data
 
     assert problems(tmp_path, squid_user_data("p1")) == []
+
+
+def test_each_distinct_cloud_config_is_checked_once_however_often_it_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = cloudconfig._check_text
+
+    def counting(text: str) -> Iterator[tuple[int, str]]:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(cloudconfig, "_check_text", counting)
+    monkeypatch.setattr(cloudconfig, "_CACHE", {})
+    user_data = "#cloud-config\npackges: [squid]\n"
+    first = problems(tmp_path, user_data)
+    assert problems(tmp_path, user_data) == first and len(first) == 1
+    assert len(calls) == 1
