@@ -129,7 +129,8 @@ class SecretResolver:
         if isinstance(raw, Problem):
             if "No such file" in raw.message:
                 return f"{where} does not exist; make it with age (docs/operations.md)"
-            return f"{where} {raw.message}"
+            # the reader speaks of manifests; the same rules hold for secret files
+            return f"{where} {raw.message.replace('manifests must be', 'secret files must be')}"
         decryptor = self._access.decryptor
         if decryptor is None:
             if self._access.need_values:
