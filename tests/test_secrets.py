@@ -392,3 +392,25 @@ def test_the_daemon_config_names_the_identity_file(tmp_path: Path) -> None:
 
     assert settings.secrets.age_identity_file == tmp_path / "keys" / "age.txt"
     assert os.fspath(settings.secrets.age_identity_file).endswith("keys/age.txt")
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "apply"])
+def test_an_unusable_identity_file_stops_the_command_naming_the_file(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = repo_with(tmp_path, "web-1")
+    missing = tmp_path / "no-such-identity.txt"
+    config = tmp_path / "proxyfleet.yaml"
+    config.write_text(f"repo: {{url: {root}}}\nstateDir: {tmp_path / 'state'}\n")
+    extra = {
+        "validate": [],
+        "plan": ["--inventory", str(tmp_path / "inventory.json")],
+        "apply": ["--yes", "--config", str(config)],
+    }[command]
+
+    code = main([command, "--repo", str(root), "--age-identity", str(missing), *extra])
+
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "the age identity is unusable; nothing was done" in err
+    assert f"{missing}: cannot read the age identity file" in err

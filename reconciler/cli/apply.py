@@ -39,6 +39,7 @@ from reconciler.cli.common import (
     daemon_settings,
     guard_settings,
     host_factory,
+    identity_error,
     lock_service,
     read_limits,
     secret_access,
@@ -104,9 +105,12 @@ def run(args: argparse.Namespace) -> int:
     # Warnings and errors only, unless -v: the plan and the table are the output.
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
     try:
-        locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
         identity = age_identity_file(args, settings.secrets.age_identity_file)
         secrets = secret_access(identity, need_values=True)
+    except ConfigError as exc:
+        return identity_error(exc)
+    try:
+        locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
     except ConfigError as exc:
         return config_error(exc)
     stop = threading.Event()

@@ -194,6 +194,11 @@ def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Rep
         return None
 
 
+def identity_error(exc: ConfigError) -> int:
+    print(f"proxyfleet: the age identity is unusable; nothing was done:\n{exc}", file=sys.stderr)
+    return 1
+
+
 def config_error(exc: ConfigError) -> int:
     print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
     return 1

@@ -33,6 +33,7 @@ from reconciler.cli.common import (
     add_repo_argument,
     config_error,
     configured_identity,
+    identity_error,
     load_repo_or_complain,
     observe_live,
     secret_access,
@@ -106,9 +107,13 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
-        secrets = secret_access(configured_identity(args), need_values=True)
+        identity = configured_identity(args)
     except ConfigError as exc:
         return config_error(exc)
+    try:
+        secrets = secret_access(identity, need_values=True)
+    except ConfigError as exc:
+        return identity_error(exc)
     repo = load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR

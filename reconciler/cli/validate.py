@@ -19,7 +19,7 @@ from typing import Any
 from reconciler.cli.common import (
     add_age_identity_argument,
     age_identity_file,
-    config_error,
+    identity_error,
     secret_access,
 )
 from reconciler.core.manifests import load_repo
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         secrets = secret_access(age_identity_file(args), need_values=False)
     except ConfigError as exc:
-        return config_error(exc)
+        return identity_error(exc)
     try:
         repo = load_repo(root, secrets=secrets)
     except InvalidInput as exc:
