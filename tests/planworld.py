@@ -68,8 +68,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconciler.core.digest import proxy_digest
 from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import (
     ActionKind,
     CloudInit,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core import cloudconfig
-from reconciler.core.manifests import load_repo
+from reconciler.core.load import cloudconfig
+from reconciler.core.load.manifests import load_repo
 from reconciler.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,9 +16,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from reconciler.cli import main
-from reconciler.core.manifests import load_repo, manifest_files
+from reconciler.core.load.manifests import load_repo, manifest_files
+from reconciler.core.load.yamlload import load_documents
 from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
-from reconciler.core.yamlload import load_documents
 from reconciler.errors import InvalidInput
 from reconciler.model import (
     DomainType,

@@ -21,17 +21,17 @@ import pytest
 from enginefakes import FakeImages, FakeProber, FakeTime, FleetRepo
 from secretutil import make_identity, write_secret
 
-from reconciler.adapters.agesecrets import load_identity
-from reconciler.adapters.historystore import FileHistoryStore
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.secrets.agesecrets import load_identity
+from reconciler.adapters.state.historystore import FileHistoryStore
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import apply, build_parser, main
 from reconciler.cli.logsetup import LogfmtFormatter
-from reconciler.core import statusdoc
-from reconciler.core.inventory import dump_inventory
-from reconciler.core.manifests import load_repo
-from reconciler.core.secretrefs import SecretAccess
-from reconciler.core.seediso import seed_files
-from reconciler.core.statusmd import render_markdown
+from reconciler.core.load.inventory import dump_inventory
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.secretrefs import SecretAccess
+from reconciler.core.render.seediso import seed_files
+from reconciler.core.status import statusdoc
+from reconciler.core.status.statusmd import render_markdown
 from reconciler.engine.observe import observe
 from reconciler.engine.reconcile import Engine
 from reconciler.model.settings import ApplySettings

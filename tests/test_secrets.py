@@ -1,6 +1,6 @@
 """Secrets: ``${secret:NAME}`` in userData, ``secrets/NAME.age`` made with age, used on the box.
 
-Each rule of reconciler.core.secretrefs and reconciler.adapters.agesecrets, on small
+Each rule of reconciler.core.load.secretrefs and reconciler.adapters.secrets.agesecrets, on small
 repos written here; identities and ciphertexts come from the real ``age`` tools.
 """
 
@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from secretutil import make_identity, write_secret
 
-from reconciler.adapters.agesecrets import AgeIdentity, load_identity
+from reconciler.adapters.secrets.agesecrets import AgeIdentity, load_identity
 from reconciler.cli import main
-from reconciler.core.digest import proxy_digest
-from reconciler.core.manifests import load_repo
-from reconciler.core.repofiles import ReadLimits
-from reconciler.core.secretrefs import CHECK_ONLY, SecretAccess, fingerprint
-from reconciler.core.seediso import seed_files
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.repofiles import ReadLimits
+from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, fingerprint
+from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.render.seediso import seed_files
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Repo
 from reconciler.model.inventory import Owner
@@ -382,7 +382,7 @@ def test_an_identity_file_may_hold_several_identities_and_any_of_them_decrypts(
 
 
 def test_the_daemon_config_names_the_identity_file(tmp_path: Path) -> None:
-    from reconciler.core.settings import parse_settings
+    from reconciler.core.load.settings import parse_settings
 
     settings = parse_settings(
         "repo: {url: /srv/fleet}\nsecrets: {ageIdentityFile: keys/age.txt}\n",

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.fleetlock import FleetLock
+from reconciler.adapters.coordination.fleetlock import FleetLock
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -49,7 +49,7 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
-from reconciler.core.secretrefs import SecretAccess
+from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
@@ -174,9 +174,9 @@ def build_engine(
 
     With ``held`` (the fleet lock's), every mutating host call is fenced by it.
     """
-    from reconciler.adapters.download import ImageCache
-    from reconciler.adapters.historystore import FileHistoryStore
-    from reconciler.adapters.probe import HttpProber
+    from reconciler.adapters.hypervisor.download import ImageCache
+    from reconciler.adapters.state.historystore import FileHistoryStore
+    from reconciler.adapters.surface.probe import HttpProber
 
     state = state_dir(args, settings.state_dir)
     cache = state / "images"

@@ -35,7 +35,7 @@ from reconciler.model import Firmware, Host, Repo
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hostcheck import HostReport, Need
+    from reconciler.adapters.hypervisor.hostcheck import HostReport, Need
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -96,7 +96,7 @@ def needs_uefi(repo: Repo) -> bool:
 
 def largest_vm(repo: Repo) -> Need:
     """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
-    from reconciler.adapters.hostcheck import Need  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck import Need  # libvirt loads only when needed
 
     machines = repo.fleet.machine_types
     if not machines:
@@ -117,7 +117,9 @@ def largest_vm(repo: Repo) -> Need:
 def check_hosts(
     hosts: list[Host], ssh: SshSettings, *, need_uefi: bool, need: Need | None = None
 ) -> list[HostReport]:
-    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.libvirthost import (
+        LibvirtHost,  # libvirt loads only when needed
+    )
 
     reports: dict[str, HostReport] = {}
     lock = threading.Lock()

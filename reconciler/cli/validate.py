@@ -22,7 +22,7 @@ from reconciler.cli.common import (
     identity_error,
     secret_access,
 )
-from reconciler.core.manifests import load_repo
+from reconciler.core.load.manifests import load_repo
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model.fleet import Repo
 

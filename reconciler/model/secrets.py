@@ -2,13 +2,13 @@
 
 A fleet repo keeps each secret age-encrypted in ``secrets/NAME.age``; userData
 names one as ``${secret:NAME}``. The value is decrypted on the management box
-(reconciler.core.secretrefs) and rides in ``CloudInit.secrets`` down to the seed
+(reconciler.core.load.secretrefs) and rides in ``CloudInit.secrets`` down to the seed
 ISO, the only place it is written. Everywhere else it shows as ``(sensitive)``:
 its ``repr`` and ``str`` say so, so a stray ``%s`` or ``%r`` leaks nothing.
 
 ``fingerprint`` is what the spec digest covers instead of the value: a keyed
 hash (HMAC-SHA256 under a key derived from the box's age identity, see
-reconciler.adapters.agesecrets), so a rotated secret changes the digest while
+reconciler.adapters.secrets.agesecrets), so a rotated secret changes the digest while
 the digest, which lands in domain metadata and the status branch, gives nobody
 without the identity a way to test guesses of a short password.
 """

@@ -17,15 +17,15 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.core.domainxml import domain_xml
-from reconciler.core.metadata import (
+from reconciler.core.render.domainxml import domain_xml
+from reconciler.core.render.metadata import (
     NAMESPACE,
     PREFIX,
     owner_from_domain_xml,
     owner_xml,
     parse_owner,
 )
-from reconciler.core.seediso import seed_iso
+from reconciler.core.render.seediso import seed_iso
 from reconciler.model import (
     CloudInit,
     DomainType,

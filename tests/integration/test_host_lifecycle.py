@@ -14,7 +14,7 @@ import pycdlib
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Host, HostNetwork
 from reconciler.model.vm import VmSpec
