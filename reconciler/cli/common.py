@@ -74,13 +74,15 @@ def add_host_access_arguments(parser: argparse.ArgumentParser, *, state_dir: boo
         )
 
 
-def add_age_identity_argument(parser: argparse.ArgumentParser) -> None:
+def add_age_identity_argument(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    """--age-identity; ``config``: the daemon config's identity is the default."""
+    default = "the config's secrets.ageIdentityFile" if config else "none"
     parser.add_argument(
         "--age-identity",
         type=Path,
         metavar="FILE",
         help="age identity file that decrypts the repo's secrets/NAME.age "
-        f"(env {ENV_AGE_IDENTITY}; default: the config's secrets.ageIdentityFile)",
+        f"(env {ENV_AGE_IDENTITY}; default: {default})",
     )
 
 

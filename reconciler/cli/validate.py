@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="the same as --repo, the older way to say it",
     )
-    add_age_identity_argument(parser)
+    add_age_identity_argument(parser, config=False)
     parser.set_defaults(func=run)
 
 
