@@ -208,6 +208,8 @@ def main() -> int:
         f"{result.metrics['proxyfleet'].median / result.metrics['floor'].median:.2f}x"
     )
     result.note(f"mutating RPCs during the idle reconciles: {max(muts)} (must be 0)")
+    refreshes = rpc_kinds.get("virStoragePoolRefresh", 0)
+    result.note(f"pool refreshes per observe (a rescan, not a change): {refreshes}")
     emit(result, args.json)
     return 0
 

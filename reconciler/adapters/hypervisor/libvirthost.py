@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -27,6 +28,7 @@ import libvirt
 from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
 from reconciler.adapters.hypervisor.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
+from reconciler.adapters.hypervisor.neighbours import ARP_TABLE, arp_ipv4
 from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.render.metadata import (
@@ -370,6 +372,10 @@ class LibvirtHost:
                 log.debug(
                     "host %s: %s addresses of %s unavailable: %s", self.name, source, domain, exc
                 )
+                if source == "arp" and isinstance(exc, PermanentError):
+                    ips = self._host_arp(dom, domain)
+                    if ips:
+                        return ips
                 continue
             ips = usable_ipv4(found)
             self._session.trace(
@@ -385,6 +391,22 @@ class LibvirtHost:
 
     def close(self) -> None:
         self._session.close()
+
+    def _host_arp(self, dom: Any, domain: str) -> tuple[str, ...]:
+        """The domain's IPv4 from the host's /proc/net/arp, for when libvirt's own ARP
+        reader fails (reconciler.adapters.hypervisor.neighbours)."""
+        xml = self._session.call("virDomainGetXMLDesc", lambda _c: dom.XMLDesc(0), domain=domain)
+        macs = interface_macs(xml)
+        table = self._session.read_host_file(ARP_TABLE) if macs else None
+        ips = arp_ipv4(table, macs) if table is not None else ()
+        if ips:
+            log.debug(
+                "host %s: address of %s from the host's ARP table: %s",
+                self.name,
+                domain,
+                ", ".join(ips),
+            )
+        return ips
 
     def _lookup(self, domain: str) -> Any | None:
         try:
@@ -573,3 +595,9 @@ def usable_ipv4(found: dict[str, Any]) -> tuple[str, ...]:
             if str(ip) not in ips:
                 ips.append(str(ip))
     return tuple(ips)
+
+
+def interface_macs(xml: str) -> tuple[str, ...]:
+    """The MAC addresses of a domain's interfaces, from its XML."""
+    macs = ET.fromstring(xml).findall("./devices/interface/mac")
+    return tuple(mac.get("address", "") for mac in macs if mac.get("address"))

@@ -288,6 +288,10 @@ class LibvirtSession:
         """``test <flag> <path>`` on the host over the SSH link; None when it cannot tell."""
         return self._ssh.test_path(flag, path)
 
+    def read_host_file(self, path: str, *, limit: int = 1 << 20) -> str | None:
+        """The host's file ``path`` over the SSH link; None when it cannot tell."""
+        return self._ssh.read_text(path, limit=limit)
+
     def connection(self) -> Any:
         """The live libvirt connection, dialling (SSH, bridge, libvirt) when needed."""
         with self._lock:

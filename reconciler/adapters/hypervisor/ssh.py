@@ -302,6 +302,16 @@ class SshConnection:
             return None
         return remote_test(transport, flag, path, timeout=self._settings.connect_timeout)
 
+    def read_text(self, path: str, *, limit: int) -> str | None:
+        """The host's file ``path`` (``cat``, at most ``limit`` bytes); None when the host
+        does not say (no shell, a forced command, no answer in time, too long)."""
+        try:
+            transport = self.transport()
+        except HostError:
+            return None
+        command = f"cat {shlex.quote(path)}"
+        return remote_output(transport, command, self._settings.connect_timeout, limit=limit)
+
     def open_libvirt_channel(self) -> paramiko.Channel:
         """A fresh channel speaking the libvirt RPC protocol to the host's libvirtd."""
         transport = self.transport()
@@ -395,6 +405,35 @@ def remote_exit(transport: paramiko.Transport, command: str, timeout: float) -> 
         if not channel.status_event.wait(timeout):
             return None
         return int(channel.recv_exit_status())
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    finally:
+        channel.close()
+
+
+def remote_output(
+    transport: paramiko.Transport, command: str, timeout: float, *, limit: int
+) -> str | None:
+    """What ``command`` printed on the host, when it exited 0 within ``timeout`` and
+    printed at most ``limit`` bytes; None otherwise."""
+    try:
+        channel = transport.open_session(timeout=timeout)
+    except (paramiko.SSHException, OSError, EOFError):
+        return None
+    try:
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        out = bytearray()
+        while len(out) <= limit:
+            chunk = channel.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        if len(out) > limit or not channel.status_event.wait(timeout):
+            return None
+        if channel.recv_exit_status() != 0:
+            return None
+        return out.decode("utf-8", "replace")
     except (paramiko.SSHException, OSError, EOFError):
         return None
     finally:

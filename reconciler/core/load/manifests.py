@@ -254,6 +254,7 @@ def _host(value: dict[str, Any], document: Document, path: FieldPath) -> Host:
         ("pool", "pool"),
         ("socket", "socket"),
         ("cpu_mode", "cpuMode"),
+        ("tcg_cache_mib", "tcgCacheMiB"),
         ("max_proxies", "maxProxies"),
     ):
         if key in value:

@@ -7,7 +7,9 @@ already use. A new VM fits a host when
 - the vCPUs of the running domains plus its own stay within the host's CPUs
   times ``policy.overcommit.cpu`` (default 4.0);
 - their memory plus its own stays within the host's memory times
-  ``policy.overcommit.memory`` (default 1.0);
+  ``policy.overcommit.memory`` (default 1.0); on a ``domainType: qemu`` host
+  every VM, running or new, also counts the host's ``tcgCacheMiB`` (QEMU's
+  TCG translation cache, allocated per VM beside its memory);
 - its disk divided by ``policy.overcommit.disk`` (default 1.0; thin qcow2
   overlays only grow as the guest writes) fits the pool's free space, less
   what the VMs placed earlier in the same plan need.
@@ -35,6 +37,7 @@ class Room:
         self.capacity: dict[str, Capacity] = {}
         self.vcpus: Counter[str] = Counter()
         self.memory: Counter[str] = Counter()
+        self.running: Counter[str] = Counter()  # VMs running or placed by this plan
         self.disk: Counter[str] = Counter()  # bytes promised to VMs placed by this plan
         for host in inventory.hosts:
             if not host.reachable or host.capacity is None:
@@ -44,6 +47,7 @@ class Room:
                 if domain.state is DomainState.RUNNING:
                     self.vcpus[host.name] += domain.vcpus or 0
                     self.memory[host.name] += domain.memory_mib or 0
+                    self.running[host.name] += 1
 
     def shortfall(self, host: Host, machine: MachineType) -> str:
         """Why ``machine`` does not fit ``host`` (with the numbers); "" when it fits."""
@@ -58,12 +62,14 @@ class Room:
                 f"needs {machine.vcpus}"
             )
         memory = have.memory_mib * self.overcommit.memory
-        if self.memory[host.name] + machine.memory_mib > memory:
-            free = max(0.0, memory - self.memory[host.name]) / 1024
-            needs = machine.memory_mib / 1024
+        used = self.memory[host.name] + self.running[host.name] * (host.tcg_cache or 0)
+        if used + host.vm_memory_mib(machine.memory_mib) > memory:
+            free = max(0.0, memory - used) / 1024
+            needs = host.vm_memory_mib(machine.memory_mib) / 1024
+            tcg = f", {host.tcg_cache} MiB of it TCG cache" if host.tcg_cache else ""
             return (
                 f"{host.name}: {free:.1f} GiB of memory free "
-                f"(overcommit {self.overcommit.memory:g}), needs {needs:.1f} GiB"
+                f"(overcommit {self.overcommit.memory:g}), needs {needs:.1f} GiB{tcg}"
             )
         free_disk = have.pool_available_bytes - self.disk[host.name]
         needs = machine.disk_gib * GIB / self.overcommit.disk
@@ -83,4 +89,5 @@ class Room:
         """Count ``machine`` as placed on ``host`` by this plan."""
         self.vcpus[host] += machine.vcpus
         self.memory[host] += machine.memory_mib
+        self.running[host] += 1
         self.disk[host] += int(machine.disk_gib * GIB / self.overcommit.disk)

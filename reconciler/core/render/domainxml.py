@@ -40,6 +40,9 @@ def domain_xml(spec: VmSpec, *, disk_path: str, seed_path: str) -> str:
     features = ET.SubElement(domain, "features")
     ET.SubElement(features, "acpi")
     ET.SubElement(features, "apic")
+    if spec.host.tcg_cache is not None:
+        tcg = ET.SubElement(features, "tcg")
+        ET.SubElement(tcg, "tb-cache", {"unit": "MiB"}).text = str(spec.host.tcg_cache)
     cpu = _cpu(spec.host.cpu_mode)
     if cpu is not None:
         domain.append(cpu)
