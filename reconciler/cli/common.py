@@ -124,6 +124,15 @@ def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
     return load_settings(path)
 
 
+def fleet_settings(settings: DaemonSettings, fleet: str | None) -> DaemonSettings:
+    """The settings the daemon uses for ``fleet``: its entry's of a config listing several
+    fleets (fleet pin, state dir ``<stateDir>/fleets/<fleet>``), else ``settings``."""
+    for one in settings.per_fleet() if settings.fleets else ():
+        if one.fleet == fleet:
+            return one
+    return settings
+
+
 def ssh_settings(args: argparse.Namespace, base: SshSettings | None = None) -> SshSettings:
     """SSH settings: flags, then environment, then ``base`` (the config's), then defaults."""
     ssh = base if base is not None else daemon_settings(args).ssh
