@@ -41,6 +41,7 @@ from reconciler.cli.common import (
     guard_settings,
     host_factory,
     identity_error,
+    image_cache,
     lock_service,
     read_limits,
     secret_access,
@@ -50,6 +51,7 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
+from reconciler.cli.progress import progress_bars, show_progress_lines
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
@@ -65,6 +67,10 @@ from reconciler.model.settings import ApplySettings, DaemonSettings
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_DEGRADED = 3
+BAR_INTERVAL = 0.5
+"""Seconds between a download's progress events when a bar shows them."""
+LINE_INTERVAL = 5.0
+"""Seconds between a download's progress lines otherwise."""
 
 
 def register(sub: Any) -> None:
@@ -105,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return config_error(exc)
     # Warnings and errors only, unless -v: the plan and the table are the output.
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
+    show_progress_lines()
     try:
         identity = age_identity_file(args, settings.secrets.age_identity_file)
         secrets = secret_access(identity, need_values=True)
@@ -184,7 +191,6 @@ def build_engine(
     ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
     (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
     """
-    from reconciler.adapters.hypervisor.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
 
@@ -192,11 +198,10 @@ def build_engine(
         state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
     else:
         state = state_dir(args, settings.state_dir)
-    cache = state / "images"
-    images: ImageSource = ImageCache(
-        cache,
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
+    images: ImageSource = image_cache(
+        settings,
+        state,
+        progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
     )
     prober: Prober = HttpProber()
     apply = ApplySettings(
@@ -230,13 +235,19 @@ def apply_with(args: argparse.Namespace, engine: Engine) -> int:
         print(render_plan(prepared.plan, color=_use_color()))
     if changes and not args.yes and not _confirmed(prepared):
         return EXIT_ERROR
-    report = engine.finish(prepared)
+    with progress_bars(bars_wanted(args)):
+        report = engine.finish(prepared)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
         print()
         print(render_report(report))
     return exit_code(report)
+
+
+def bars_wanted(args: argparse.Namespace) -> bool:
+    """Progress bars while applying: on a terminal, unless the output is JSON."""
+    return sys.stdout.isatty() and not args.json
 
 
 def _use_color() -> bool:

@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reconciler.adapters.coordination.fleetlock import LockService, this_process
+from reconciler.adapters.hypervisor.download import ImageCache
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
-from reconciler.engine.observe import Observation, observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput
 from reconciler.model import Host, Repo
@@ -238,7 +239,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
-    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``).
+    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``), and size
+    the bases a host lacks as ``apply`` does (from the image cache in the state dir, or
+    a HEAD request; nothing is downloaded).
 
     Host access as ``add_host_access_arguments`` describes; unreachable hosts
     come back as such, never as an exception.
@@ -247,6 +250,21 @@ def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
     pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
     try:
         hosts = pool.sync(repo.fleet.hosts)
-        return observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
+        observation = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
     finally:
         pool.close()
+    images = image_cache(settings, state_dir(args, settings.state_dir))
+    return size_bases(repo, observation, images)
+
+
+def image_cache(
+    settings: DaemonSettings, state: Path, *, progress_interval: float = 5.0
+) -> ImageCache:
+    """The image cache under ``state`` (``images/``), with the config's image limits;
+    ``progress_interval``: seconds between a download's progress events."""
+    return ImageCache(
+        state / "images",
+        allowed_file_dirs=settings.images.allow_file_dirs,
+        max_bytes=settings.images.max_bytes,
+        progress_interval=progress_interval,
+    )

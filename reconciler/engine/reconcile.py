@@ -36,11 +36,11 @@ from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource
 from reconciler.engine.guards import DeleteWindow, check_identity, check_images, check_shrink
-from reconciler.engine.observe import Observation, observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
-from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model import ActionKind, Inventory, Plan, Repo
 from reconciler.model.history import Halt, History
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
@@ -102,6 +102,8 @@ class Engine:
         self.deletes = DeleteWindow(
             self.guards.state_file, self.guards.delete_window, self.runtime.clock
         )
+        self.last_inventory: Inventory | None = None
+        """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
     def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
         """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
@@ -143,7 +145,10 @@ class Engine:
         if refusal is None:
             hosts = self.pool.sync(repo.fleet.hosts)
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
+            self.last_inventory = observation.inventory
             refusal = check_shrink(repo, observation.inventory)
+            if refusal is None:
+                observation = size_bases(repo, observation, self.images)
         if refusal is not None:
             log.error("Revision %s refused: %s", revision or root, "; ".join(refusal.problems))
             return stalled_report(
