@@ -11,6 +11,9 @@ where the outside world is met (an adapter), and never re-classified above it::
     │                           be used: unreachable, no quorum, bad URL
     ├── ControlError            the running daemon cannot be asked over its control socket:
     │                           none listens, the caller is refused, the answer is broken
+    ├── DecryptError            a secret of the fleet repo does not decrypt with the
+    │                           box's age identity (wrong recipient, damaged file);
+    │                           becomes a Problem naming the file that refers to it
     └── HostError               anything that went wrong talking to a hypervisor
         ├── TransientError      retry with backoff: link down, timeout, busy
         ├── PermanentError      report and stop retrying: bad key, refused host key,
@@ -144,4 +147,12 @@ class CoordinationError(ProxyfleetError):
     Raised by the lock adapter for an unreachable backend, a cluster without
     quorum or a URL no driver understands; never for "someone else holds it",
     which is an answer, not an error.
+    """
+
+
+class DecryptError(ProxyfleetError):
+    """A secret's ciphertext does not decrypt with the age identity of this box.
+
+    The message says why in age's words (no matching identity, a damaged
+    header) and never carries plaintext: there is none.
     """

@@ -142,6 +142,7 @@ def test_json_output_has_the_documented_fields_and_summary(
         "replaces",
         "volumes",
         "batch",
+        "secrets",
     }
     assert all(set(a) == keys for a in document["actions"])
     (replace,) = [a for a in document["actions"] if a["action"] == "replace"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import signal
 import subprocess
@@ -29,25 +28,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.coordination.fleetlock import FleetLock
 from reconciler.cli.common import (
+    add_age_identity_argument,
     add_host_access_arguments,
     add_repo_argument,
+    age_identity_file,
     config_error,
     daemon_settings,
     fleet_settings,
     guard_settings,
     host_factory,
+    identity_error,
     image_cache,
     lock_service,
     read_limits,
+    secret_access,
     ssh_settings,
     state_dir,
     table,
+    take_lock,
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
 from reconciler.cli.progress import progress_bars, show_progress_lines
+from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.status import statusdoc
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
@@ -55,7 +59,7 @@ from reconciler.engine.fencing import fenced
 from reconciler.engine.leadership import fleet_id
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError, CoordinationError
+from reconciler.errors import ConfigError
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings, DaemonSettings
@@ -78,6 +82,7 @@ def register(sub: Any) -> None:
     )
     add_repo_argument(parser)
     add_host_access_arguments(parser, state_dir=True)
+    add_age_identity_argument(parser)
     parser.add_argument("--yes", action="store_true", help="apply without asking")
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
@@ -108,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
     show_progress_lines()
     try:
+        identity = age_identity_file(args, settings.secrets.age_identity_file)
+        secrets = secret_access(identity, need_values=True)
+    except ConfigError as exc:
+        return identity_error(exc)
+    try:
         locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
     except ConfigError as exc:
         return config_error(exc)
@@ -123,7 +133,12 @@ def run(args: argparse.Namespace) -> int:
             held = lock.held if lock is not None else (lambda: False)
             one = fleet_settings(settings, fleet)
             engine = build_engine(
-                args, one, runtime=Runtime.interruptible(stop), held=held, fleets=settings != one
+                args,
+                one,
+                runtime=Runtime.interruptible(stop),
+                held=held,
+                fleets=settings != one,
+                secrets=secrets,
             )
             try:
                 return apply_with(args, engine)
@@ -133,34 +148,6 @@ def run(args: argparse.Namespace) -> int:
         locks.close()
 
 
-def take_lock(lock: FleetLock, *, wait: bool, stop: threading.Event) -> bool:
-    """Take the fleet's lock for this apply, or say who has it; True once it is ours."""
-    try:
-        if lock.acquire():
-            return True
-        holder = lock.holder()
-        who = str(holder) if holder is not None else "another actor (unknown)"
-        if not wait:
-            print(
-                f"proxyfleet apply: fleet {lock.fleet} is locked by {who}; nothing was applied. "
-                "Pass --wait to wait for the lock, or stop that actor first.",
-                file=sys.stderr,
-            )
-            return False
-        print(f"Waiting for the lock of fleet {lock.fleet}, held by {who} ...", file=sys.stderr)
-        if lock.acquire(wait=math.inf, stop=stop):
-            return True
-        print("proxyfleet apply: stopped while waiting; nothing was applied.", file=sys.stderr)
-        return False
-    except CoordinationError as exc:
-        print(
-            f"proxyfleet apply: cannot take the lock of fleet {lock.fleet}: {exc}; "
-            "nothing was applied.",
-            file=sys.stderr,
-        )
-        return False
-
-
 def build_engine(
     args: argparse.Namespace,
     settings: DaemonSettings,
@@ -168,6 +155,7 @@ def build_engine(
     runtime: Runtime,
     held: Callable[[], bool] | None = None,
     fleets: bool = False,
+    secrets: SecretAccess | None = None,
 ) -> Engine:
     """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
 
@@ -204,6 +192,7 @@ def build_engine(
         history=FileHistoryStore(state / "history.json"),
         guards=guard_settings(settings, state),
         read_limits=read_limits(settings),
+        secrets=secrets,
     )
 
 

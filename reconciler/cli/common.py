@@ -5,23 +5,28 @@ from, highest first: ``--ssh-key`` / ``--known-hosts``, the environment
 (``PROXYFLEET_SSH_KEY``, ``PROXYFLEET_KNOWN_HOSTS``), the daemon config
 (``--config FILE``, else /etc/proxyfleet/proxyfleet.yaml when it exists), and
 the built-in defaults. The state dir (image cache) likewise: ``--state-dir``,
-``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet.
+``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet. The age
+identity that decrypts the repo's secrets likewise: ``--age-identity``,
+``PROXYFLEET_AGE_IDENTITY``, the config's ``secrets.ageIdentityFile``, none.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.adapters.coordination.fleetlock import LockService, this_process
+from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
 from reconciler.adapters.hypervisor.download import ImageCache
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
+from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
@@ -36,6 +41,7 @@ if TYPE_CHECKING:  # libvirt loads only when a host is built
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
 ENV_STATE_DIR = "PROXYFLEET_STATE_DIR"
+ENV_AGE_IDENTITY = "PROXYFLEET_AGE_IDENTITY"
 
 
 def add_repo_argument(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +79,43 @@ def add_host_access_arguments(parser: argparse.ArgumentParser, *, state_dir: boo
             metavar="DIR",
             help=f"where the image cache lives (env {ENV_STATE_DIR}; default /var/lib/proxyfleet)",
         )
+
+
+def add_age_identity_argument(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    """--age-identity; ``config``: the daemon config's identity is the default."""
+    default = "the config's secrets.ageIdentityFile" if config else "none"
+    parser.add_argument(
+        "--age-identity",
+        type=Path,
+        metavar="FILE",
+        help="age identity file that decrypts the repo's secrets/NAME.age "
+        f"(env {ENV_AGE_IDENTITY}; default: {default})",
+    )
+
+
+def age_identity_file(args: argparse.Namespace, base: Path | None = None) -> Path | None:
+    """--age-identity, then the environment, then ``base`` (the config's), else None."""
+    flag: Path | None = getattr(args, "age_identity", None)
+    return flag or _env_path(ENV_AGE_IDENTITY) or base
+
+
+def configured_identity(args: argparse.Namespace) -> Path | None:
+    """The identity file for ``plan``: flag, environment, else the daemon config's (read only
+    then, so that a plan with --age-identity never depends on /etc). Raises ConfigError."""
+    found = age_identity_file(args)
+    return found if found is not None else daemon_settings(args).secrets.age_identity_file
+
+
+def secret_access(identity: Path | None, *, need_values: bool) -> SecretAccess:
+    """How a load treats secrets with the identity file ``identity`` (None: none).
+
+    Raises ConfigError when the identity file is unusable.
+    """
+    if identity is None:
+        return SecretAccess(need_values=need_values)
+    from reconciler.adapters.secrets.agesecrets import load_identity  # pyrage loads only here
+
+    return SecretAccess(load_identity(identity), need_values=need_values)
 
 
 def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
@@ -167,15 +210,20 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
     )
 
 
-def load_repo_or_complain(root: Path) -> Repo | None:
+def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
     """The repo, or None after printing every problem to stderr."""
     try:
-        return load_repo(root)
+        return load_repo(root, secrets=secrets)
     except InvalidInput as exc:
         print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return None
+
+
+def identity_error(exc: ConfigError) -> int:
+    print(f"proxyfleet: the age identity is unusable; nothing was done:\n{exc}", file=sys.stderr)
+    return 1
 
 
 def config_error(exc: ConfigError) -> int:
@@ -230,3 +278,31 @@ def image_cache(
         max_bytes=settings.images.max_bytes,
         progress_interval=progress_interval,
     )
+
+
+def take_lock(lock: FleetLock, *, wait: bool, stop: threading.Event) -> bool:
+    """Take the fleet's lock for this apply, or say who has it; True once it is ours."""
+    try:
+        if lock.acquire():
+            return True
+        holder = lock.holder()
+        who = str(holder) if holder is not None else "another actor (unknown)"
+        if not wait:
+            print(
+                f"proxyfleet apply: fleet {lock.fleet} is locked by {who}; nothing was applied. "
+                "Pass --wait to wait for the lock, or stop that actor first.",
+                file=sys.stderr,
+            )
+            return False
+        print(f"Waiting for the lock of fleet {lock.fleet}, held by {who} ...", file=sys.stderr)
+        if lock.acquire(wait=math.inf, stop=stop):
+            return True
+        print("proxyfleet apply: stopped while waiting; nothing was applied.", file=sys.stderr)
+        return False
+    except CoordinationError as exc:
+        print(
+            f"proxyfleet apply: cannot take the lock of fleet {lock.fleet}: {exc}; "
+            "nothing was applied.",
+            file=sys.stderr,
+        )
+        return False

@@ -18,9 +18,16 @@ from reconciler.adapters.surface.controlsocket import ControlServer, socket_path
 from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.adapters.surface.notify import SdNotify
-from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
+from reconciler.cli.common import (
+    config_error,
+    guard_settings,
+    lock_service,
+    read_limits,
+    secret_access,
+)
 from reconciler.cli.common import host_factory as real_hosts
 from reconciler.cli.logsetup import setup_logging
+from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
 from reconciler.engine.control import Control
@@ -63,6 +70,7 @@ def build_engine(
     host_factory: HostFactory | None = None,
     images: ImageSource | None = None,
     prober: Prober | None = None,
+    secrets: SecretAccess | None = None,
 ) -> Engine:
     """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
     unless a factory is given, each fenced by ``held`` (the fleet lock)."""
@@ -90,17 +98,20 @@ def build_engine(
         history=FileHistoryStore(settings.state_dir / "history.json"),
         guards=guard_settings(settings, settings.state_dir),
         read_limits=read_limits(settings),
+        secrets=secrets,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
+        # The identity is read once, at start: an unusable one stops the daemon here.
+        secrets = secret_access(settings.secrets.age_identity_file, need_values=True)
         locks = lock_service(settings, settings.state_dir, role="daemon")
     except ConfigError as exc:
         return config_error(exc)
     setup_logging(settings.log.level, settings.log.format, verbose=getattr(args, "verbose", 0))
-    return serve(settings, locks)
+    return serve(settings, locks, secrets=secrets)
 
 
 def serve(
@@ -112,6 +123,7 @@ def serve(
     prober: Prober | None = None,
     notifier: SdNotify | None = None,
     ring: FleetRing | None = None,
+    secrets: SecretAccess | None = None,
 ) -> int:
     """Assemble the daemon (source, lock, engine, status, metrics) and run it until SIGTERM.
 
@@ -135,6 +147,7 @@ def serve(
                 images=images,
                 prober=prober,
                 notifier=None if ring is not None else notifier,
+                secrets=secrets,
             )
         if ring is None:
             ((daemon, _, _),) = parts.values()
@@ -226,6 +239,7 @@ def fleet_daemon(
     images: ImageSource | None,
     prober: Prober | None,
     notifier: SdNotify | None,
+    secrets: SecretAccess | None = None,
 ) -> tuple[Daemon, Engine, Metrics]:
     """One fleet's daemon: its source, lock, engine, status and metrics. ``ring`` set: one
     of several fleets (no endpoint, signals or notifications of its own)."""
@@ -251,6 +265,7 @@ def fleet_daemon(
         host_factory=host_factory,
         images=images,
         prober=prober,
+        secrets=secrets,
     )
     status = (
         GitStatusWriter(settings.repo, settings.status, settings.state_dir / "status")

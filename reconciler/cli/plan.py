@@ -7,7 +7,8 @@ With ``--inventory FILE`` it plans offline against an inventory in the
 Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
 interrupted create), ``-/+`` replace, ``~`` start or
 relabel (the VM's recorded protect flag), ``!`` blocked (with the action it
-stopped), ``?`` abandoned. Up-to-date VMs
+stopped), ``?`` abandoned. A new VM whose userData uses secrets lists their
+names, each value shown as ``(sensitive)``. Up-to-date VMs
 are counted, not listed; a kept VM with something to say (shut off under
 drift detect, paused, crashed) is listed with ``=``.
 
@@ -27,18 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.common import (
+    add_age_identity_argument,
     add_host_access_arguments,
     add_repo_argument,
     config_error,
+    configured_identity,
+    identity_error,
     load_repo_or_complain,
     observe_live,
+    secret_access,
 )
 from reconciler.core.load.inventory import load_inventory
 from reconciler.core.plan.keep import UP_TO_DATE
 from reconciler.core.plan.planner import plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
-from reconciler.model.plan import Blocked, Cleanup, Replace, blocked_kind, replaced
+from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
+from reconciler.model.secrets import SENSITIVE
 
 EXIT_NO_CHANGES = 0
 EXIT_ERROR = 1
@@ -95,11 +101,21 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_host_access_arguments(parser, state_dir=True)
+    add_age_identity_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    repo = load_repo_or_complain(args.repo)
+    try:
+        # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
+        identity = configured_identity(args)
+    except ConfigError as exc:
+        return config_error(exc)
+    try:
+        secrets = secret_access(identity, need_values=True)
+    except ConfigError as exc:
+        return identity_error(exc)
+    repo = load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR
     inventory: Inventory
@@ -148,7 +164,15 @@ def action_json(action: Action) -> dict[str, Any]:
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
         "volumes": list(action.volumes) if isinstance(action, Cleanup | Blocked) else [],
         "batch": action.batch if isinstance(action, Replace) else None,
+        "secrets": dict.fromkeys(_secrets(action), SENSITIVE),
     }
+
+
+def _secrets(action: Action) -> list[str]:
+    """The names of the secrets a new VM's userData uses (their values are never shown)."""
+    if isinstance(action, Create | Replace):
+        return [secret.name for secret in action.vm.cloud_init.secrets]
+    return []
 
 
 def render_plan(result: Plan, *, color: bool) -> str:
@@ -178,7 +202,9 @@ def _line(action: Action, *, color: bool) -> str:
     head = f"{symbol} {verb:<15} {where}"
     if color:
         head = f"\033[{_COLORS[action.kind]}m{head}\033[0m"
-    return f"{head}\n      {action.reason}"
+    used = _secrets(action)
+    secrets = f"\n      secrets: {', '.join(used)} {SENSITIVE}" if used else ""
+    return f"{head}\n      {action.reason}{secrets}"
 
 
 def summary_line(result: Plan) -> str:

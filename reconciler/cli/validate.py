@@ -3,6 +3,10 @@
 Prints every problem as ``path:line:col: field.path: message`` on stderr (paths
 relative to DIR) and exits 1; a valid repo prints one summary line and exits 0.
 Nothing here talks to a host.
+
+Secrets: without ``--age-identity`` every ``${secret:NAME}`` must name an
+existing ``secrets/NAME.age``; with it, each must also decrypt. No value is
+ever printed.
 """
 
 from __future__ import annotations
@@ -12,8 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli.common import (
+    add_age_identity_argument,
+    age_identity_file,
+    identity_error,
+    secret_access,
+)
 from reconciler.core.load.manifests import load_repo
-from reconciler.errors import InvalidInput
+from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model.fleet import Repo
 
 
@@ -36,6 +46,7 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="the same as --repo, the older way to say it",
     )
+    add_age_identity_argument(parser, config=False)
     parser.set_defaults(func=run)
 
 
@@ -45,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     root = args.repo or args.dir or Path(".")
     try:
-        repo = load_repo(root)
+        secrets = secret_access(age_identity_file(args), need_values=False)
+    except ConfigError as exc:
+        return identity_error(exc)
+    try:
+        repo = load_repo(root, secrets=secrets)
     except InvalidInput as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

@@ -30,6 +30,7 @@ from reconciler.adapters.hypervisor.imageurls import check_url
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
+from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.engine.bookkeeping import after_run, for_plan
@@ -84,6 +85,7 @@ class Engine:
         history: HistoryStore | None = None,
         guards: GuardSettings | None = None,
         read_limits: ReadLimits | None = None,
+        secrets: SecretAccess | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
         self.history = history if history is not None else MemoryHistoryStore()
@@ -93,6 +95,9 @@ class Engine:
         self.runtime = runtime if runtime is not None else Runtime.interruptible()
         self.guards = guards if guards is not None else GuardSettings()
         self.read_limits = read_limits if read_limits is not None else ReadLimits()
+        # A plan must know every secret's value (its fingerprint is in the digest): without
+        # an identity, a repo that references one is Stalled, never half-planned.
+        self.secrets = secrets if secrets is not None else SecretAccess(need_values=True)
         self.deletes = DeleteWindow(
             self.guards.state_file, self.guards.delete_window, self.runtime.clock
         )
@@ -124,7 +129,7 @@ class Engine:
         """Load, observe and plan. A repo that does not load gives a Stalled report."""
         started = started if started is not None else self.runtime.clock()
         try:
-            repo = load_repo(root, limits=self.read_limits)
+            repo = load_repo(root, limits=self.read_limits, secrets=self.secrets)
         except InvalidInput as exc:
             problems = tuple(str(p) for p in exc.problems)
             log.error(

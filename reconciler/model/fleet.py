@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from reconciler.model.secrets import SecretValue, substitute
+
 
 @dataclass(frozen=True, slots=True)
 class Location:
@@ -205,17 +207,29 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class CloudInit:
-    """Cloud-init content. Opaque bytes-as-text: never parsed, never logged.
+    """Cloud-init content: text handed to the guest as written, never logged.
 
+    ``user_data`` is the manifest's text, ``${secret:NAME}`` references and all;
+    ``secrets`` holds the decrypted values it names (empty until they are
+    resolved). ``rendered_user_data`` is what the seed ISO carries.
     ``repr`` is redacted so that a stray ``%r`` in a log line leaks nothing.
     """
 
     user_data: str = field(default="", repr=False)
     vendor_data: str | None = field(default=None, repr=False)
     network_config: str | None = field(default=None, repr=False)
+    secrets: tuple[SecretValue, ...] = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         return "CloudInit(<redacted>)"
+
+    def rendered_user_data(self) -> str:
+        """``user_data`` with its secrets' values in place: for the seed ISO only.
+
+        Raises KeyError when a referenced secret was never resolved.
+        """
+        values = {secret.name: secret.value for secret in self.secrets}
+        return substitute(self.user_data, values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,6 +113,12 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SecretSettings:
+    age_identity_file: Path | None = None
+    """The age identity that decrypts the fleet repo's ``secrets/NAME.age`` (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatusSettings:
     """The status written back to the repo."""
 
@@ -213,6 +219,7 @@ class DaemonSettings:
     ssh: SshSettings = SshSettings()
     listen: ListenSettings = ListenSettings()
     webhook: WebhookSettings = WebhookSettings()
+    secrets: SecretSettings = SecretSettings()
     status: StatusSettings = StatusSettings()
     log: LogSettings = LogSettings()
     concurrency: ConcurrencySettings = ConcurrencySettings()

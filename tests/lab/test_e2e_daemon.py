@@ -13,7 +13,12 @@ key and known_hosts. One test, in phases, so that only two VMs boot:
    first volume exists, and another userData change is committed before the restart: the
    killed create's volumes are cleaned up, a VM of the newest userData is created and the
    old one is deleted only after the new one passed its health check (both exist while the
-   new one boots);
+   new one boots). The newest userData names a secret (``${secret:squid-tag}``, an
+   age-encrypted file committed with it, decrypted with the identity of the daemon
+   config's ``secrets.ageIdentityFile``): the new squid's ``Via`` carries the value, and
+   the seed on the host holds it, while the daemon's DEBUG log, the status branch
+   (status.yaml, STATUS.md, commit messages), /metrics, the daemon's state files and a
+   ``proxyfleet plan`` (text and JSON) made meanwhile never show it;
 4. a commit removes the manifest: the VM, its overlay, seed and NVRAM are gone;
 5. SIGTERM: the daemon exits 0 and leaves no bridge socket behind.
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import signal
@@ -34,7 +40,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from ruamel.yaml import YAML
+from secretutil import make_identity, write_secret
 
 from lab import config as lab_config
 
@@ -50,6 +58,8 @@ PROXY = "pfd-a"
 PREFIX = f"pf-{FLEET}-{PROXY}-"
 STATUS_BRANCH = "proxyfleet-status"
 SECRET = b"lab-hook-secret"
+CANARY = f"canary-{uuid.uuid4().hex[:16]}"
+"""The value of the fleet's one age secret: unique per run, searched for in every output."""
 NAMESPACE = "urn:proxyfleet:instance:v1"
 POOL_DIR = "/var/lib/libvirt/images"
 NVRAM_DIR = "/var/lib/libvirt/qemu/nvram"
@@ -90,10 +100,12 @@ def fleet_yaml() -> str:
     )
 
 
-def proxy_yaml(zone: str, probe_url: str, generation: int) -> str:
+def proxy_yaml(zone: str, probe_url: str, generation: int, *, secret: str = "") -> str:
     """A UEFI proxy whose userData configures, enables and starts squid itself (the lab image
     ships it off, with Debian's config that denies the lab's clients). Its ``Via`` header
-    names the generation, so a probe shows which userData the serving VM runs."""
+    names the generation, so a probe shows which userData the serving VM runs; with
+    ``secret``, followed by that secret's value (``${secret:NAME}``)."""
+    name = via(generation) + (f"-${{secret:{secret}}}" if secret else "")
     return (
         "apiVersion: proxyfleet/v1\nkind: Proxy\n"
         f"metadata:\n  name: {PROXY}\n"
@@ -104,7 +116,7 @@ def proxy_yaml(zone: str, probe_url: str, generation: int) -> str:
         "        - path: /etc/squid/squid.conf\n"
         "          content: |\n"
         "            http_port 3128\n"
-        f"            visible_hostname {via(generation)}\n"
+        f"            visible_hostname {name}\n"
         "            acl lab src 10.0.0.0/8\n"
         "            http_access allow localhost\n"
         "            http_access allow lab\n"
@@ -129,7 +141,8 @@ class Remote:
     bare: Path
     work: Path
 
-    def push(self, message: str, files: dict[str, str | None]) -> str:
+    def push(self, message: str, files: dict[str, str | None], *, added: Iterable[str] = ()) -> str:
+        """Commit ``files`` (None: remove it) and the already written ``added``; push."""
         for name, text in files.items():
             path = self.work / name
             if text is None:
@@ -137,6 +150,8 @@ class Remote:
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+            git(self.work, "add", name)
+        for name in added:
             git(self.work, "add", name)
         git(self.work, "commit", "-q", "-m", message)
         git(self.work, "push", "-q", "origin", "HEAD:main")
@@ -404,6 +419,39 @@ def settle(daemon: DaemonProcess) -> None:
     wait_for("the daemon to be idle", daemon.idle, CONVERGE_TIMEOUT)
 
 
+def live_plan(rig: Rig, *flags: str) -> str:
+    """``proxyfleet -v plan`` against the lab hosts, as an operator runs it from a clone."""
+    command = [sys.executable, "-m", "reconciler", "-v", "plan", "--repo", str(rig.remote.work)]
+    access = ["--ssh-key", rig.lab["sshKey"], "--known-hosts", rig.lab["knownHosts"]]
+    proc = subprocess.run(
+        [*command, *access, "--age-identity", str(rig.identity), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]  # changes: the replace
+    return proc.stdout + proc.stderr
+
+
+def canary_search_space(rig: Rig, plans: list[str]) -> dict[str, str]:
+    """Everything the run showed or wrote, by where it came from."""
+    bare, workdir = rig.remote.bare, rig.daemon.workdir
+    found = {f"plan {i}": text for i, text in enumerate(plans)}
+    for log in sorted(workdir.glob("daemon-*.log")):
+        found[log.name] = log.read_text(errors="replace")
+    for name in ("status.yaml", "STATUS.md"):
+        found[name] = git(bare, "show", f"{STATUS_BRANCH}:.proxyfleet/{name}")
+    found["status commits"] = git(bare, "log", "--format=%B", STATUS_BRANCH)
+    found["/metrics"] = rig.daemon.get("/metrics")[1]
+    state = workdir / "state"
+    for path in sorted(state.rglob("*")):
+        # the image cache holds the guest image; the checkouts hold the repo (ciphertext)
+        if path.is_file() and "images" not in path.relative_to(state).parts:
+            found[str(path.relative_to(workdir))] = path.read_bytes().decode(errors="replace")
+    return found
+
+
 # -- fixtures -----------------------------------------------------------------------------
 
 
@@ -415,6 +463,9 @@ class Rig:
     host: LabHost
     """The zone-a host the proxy lands on."""
     hosts: list[LabHost]
+    identity: Path
+    """The daemon's age identity (``secrets.ageIdentityFile``)."""
+    recipient: str
 
     def leaks(self) -> list[str]:
         return [f"{h.name}: {leak}" for h in self.hosts for leak in h.world().leaks()]
@@ -431,6 +482,8 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     remote.push("An empty fleet on the lab hosts", {"fleet.yaml": fleet_yaml()})
 
     (tmp / "hook-secret").write_bytes(SECRET + b"\n")
+    identity = tmp / "age-identity.txt"
+    recipient = make_identity(identity)
     port = free_port()
     config = tmp / "proxyfleet.yaml"
     config.write_text(
@@ -438,8 +491,9 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "interval: 3600\n"
         f'listen: "127.0.0.1:{port}"\n'
         f"webhook:\n  secretFile: {tmp / 'hook-secret'}\n"
+        f"secrets:\n  ageIdentityFile: {identity}\n"
         f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
-        "log:\n  level: info\n"
+        "log:\n  level: debug\n"  # every rpc traced: more lines for the canary search
         f"stateDir: {tmp / 'state'}\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
@@ -451,7 +505,7 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         for h in lab["hosts"]
     ]
     host = next(h for h in hosts if h.zone == "zone-a")
-    yield Rig(lab, remote, daemon, host, hosts)
+    yield Rig(lab, remote, daemon, host, hosts, identity, recipient)
     daemon.stop_now()
     for n in range(1, daemon.starts + 1):
         print(f"--- daemon run {n} log tail:\n{(tmp / f'daemon-{n}.log').read_text()[-3000:]}")
@@ -558,9 +612,17 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     orphans = [v for v in killed.volumes if v.startswith(PREFIX) and not v.startswith(first)]
     print(f"replacement killed: domains {killed.ours()}, its volumes {orphans}")
     assert orphans, killed
+    write_secret(remote.work, "squid-tag", CANARY + "\n", rig.recipient)
     remote.push(
-        f"{PROXY}: generation 3", {f"proxies/{PROXY}.yaml": proxy_yaml(host.zone, probe, 3)}
+        f"{PROXY}: generation 3, its name with a secret",
+        {f"proxies/{PROXY}.yaml": proxy_yaml(host.zone, probe, 3, secret="squid-tag")},
+        added=["secrets/squid-tag.age"],
     )
+    # What an operator would look at before the daemon acts: the plan, text and JSON.
+    plans = [live_plan(rig, "--json"), live_plan(rig)]
+    new = [a for a in json.loads(plans[0])["actions"] if a["action"] in ("create", "replace")]
+    assert new and all(a["secrets"] == {"squid-tag": "(sensitive)"} for a in new), new
+    assert "secrets: squid-tag (sensitive)" in plans[1], plans[1]
     daemon.start()
     both: list[World] = []
 
@@ -597,7 +659,17 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     proxy = next(p for p in remote.status()["proxies"] if p["name"] == PROXY)
     assert (proxy["domain"], proxy["health"]) == (second, "healthy"), proxy
     status, via_header = probe_through(proxy["ip"], probe)
-    assert status == 204 and via(3) in via_header, (proxy, via_header)
+    assert status == 204 and f"{via(3)}-{CANARY}" in via_header, (proxy, via_header)
+    # The value reached the guest through its seed, the one place it is written ...
+    assert CANARY.encode() in (pool / f"{second}-seed.iso").read_bytes()
+    # ... and nothing the daemon or the operator's tools said or wrote shows it.
+    seen = canary_search_space(rig, plans)
+    sizes = {where: len(text) for where, text in seen.items()}
+    assert sum(sizes.values()) > 10_000, sizes
+    assert f"domain={second}" in seen["daemon-3.log"], sizes  # the DEBUG log of its create
+    leaks = [where for where, text in seen.items() if CANARY in text]
+    assert leaks == [], f"the secret's value leaked into {leaks}"
+    print(f"canary searched in {len(seen)} outputs, {sum(sizes.values())} characters")
 
     # 4. The manifest removed: the VM goes with its overlay, seed and NVRAM. Removing the
     #    only proxy is a 100 % shrink: the commit acknowledges it (policy.maxShrinkPercent).

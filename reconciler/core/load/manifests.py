@@ -6,6 +6,10 @@ dot-directories such as ``.git`` and ``.proxyfleet/``, and dotfiles such as
 its kind, then checks what a schema cannot see: names that must be unique,
 references from proxies to the fleet's images, machine types, zones and hosts.
 
+Each proxy's userData is checked too: as a cloud-config against cloud-init's
+schema (reconciler.core.load.cloudconfig) and for its ``${secret:NAME}`` references,
+resolved when ``secrets`` allows (reconciler.core.load.secretrefs).
+
 It never stops at the first problem. Either the whole repo is valid and a
 ``Repo`` comes back, or ``InvalidInput`` carries every problem found, sorted by
 file and line: nothing may act on a half-valid fleet.
@@ -17,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.core.load import crossref, repofiles
+from reconciler.core.load import cloudconfig, crossref, repofiles
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
 from reconciler.core.load.schemacheck import SCHEMA_FILES, check, did_you_mean
+from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
 from reconciler.core.load.yamlload import Document, FieldPath, load_documents
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import (
@@ -44,13 +49,21 @@ from reconciler.model.fleet import (
     Repo,
     Rollout,
 )
+from reconciler.model.secrets import SecretValue
 
 FLEET_FILE = crossref.FLEET_FILE
 """The one file, at the repo root, that holds the ``kind: Fleet`` document."""
 
 DEFAULT_LIMITS = ReadLimits()
 
-__all__ = ["FLEET_FILE", "MANIFEST_SUFFIXES", "ReadLimits", "load_repo", "manifest_files"]
+__all__ = [
+    "FLEET_FILE",
+    "MANIFEST_SUFFIXES",
+    "ReadLimits",
+    "SecretAccess",
+    "load_repo",
+    "manifest_files",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +74,14 @@ class _Loaded:
     document: Document
 
 
-def load_repo(root: Path, *, limits: ReadLimits = DEFAULT_LIMITS) -> Repo:
+def load_repo(
+    root: Path, *, limits: ReadLimits = DEFAULT_LIMITS, secrets: SecretAccess = CHECK_ONLY
+) -> Repo:
     """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem.
 
     Files are read as ``repofiles`` says (regular files only, within ``limits``).
+    ``secrets`` says how far secret references are followed: by default their
+    files must exist; with a decryptor they are decrypted into the proxies.
     """
     if not root.is_dir():
         raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
@@ -72,12 +89,14 @@ def load_repo(root: Path, *, limits: ReadLimits = DEFAULT_LIMITS) -> Repo:
     loaded: list[_Loaded] = []
     broken_files: set[str] = set()
     reader = Reader(root, limits)
+    texts: dict[str, list[str]] = {}
     for entry in repofiles.walk(root):
         if entry.problem:
             problems.append(Problem(entry.rel, 0, 0, "", entry.problem))
             broken_files.add(entry.rel)
             continue
-        documents, found = _read(reader, entry.rel)
+        documents, found, text = _read(reader, entry.rel)
+        texts[entry.rel] = text.splitlines()
         if found:
             broken_files.add(entry.rel)
         problems.extend(found)
@@ -85,6 +104,12 @@ def load_repo(root: Path, *, limits: ReadLimits = DEFAULT_LIMITS) -> Repo:
             problems.extend(_classify(document, loaded))
     fleet_item = _pick_fleet(root, loaded, broken_files, problems)
     proxy_docs = [item.document for item in loaded if item.kind == "Proxy"]
+    resolver = SecretResolver(root, reader, secrets)
+    resolved: dict[int, tuple[SecretValue, ...]] = {}
+    for doc in proxy_docs:
+        problems.extend(cloudconfig.check(doc, texts[doc.file]))
+        found_here, resolved[id(doc)] = resolver.resolve(doc, texts[doc.file])
+        problems.extend(found_here)
     names = crossref.fleet_names(fleet_item.document) if fleet_item else None
     semantic = list(crossref.check_proxies(proxy_docs, names))
     if fleet_item is not None:
@@ -94,7 +119,9 @@ def load_repo(root: Path, *, limits: ReadLimits = DEFAULT_LIMITS) -> Repo:
     problems.extend(p for p in semantic if (p.file, p.field) not in rejected)
     if problems or fleet_item is None:
         raise InvalidInput(sorted(set(problems), key=_order))
-    proxies = sorted((_proxy(doc) for doc in proxy_docs), key=lambda proxy: proxy.name)
+    proxies = sorted(
+        (_proxy(doc, resolved[id(doc)]) for doc in proxy_docs), key=lambda proxy: proxy.name
+    )
     return Repo(fleet=_fleet(fleet_item.document), proxies=tuple(proxies))
 
 
@@ -107,17 +134,19 @@ def _order(problem: Problem) -> tuple[str, int, int, str, str]:
     return (problem.file, problem.line, problem.column, problem.field, problem.message)
 
 
-def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
+def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...], str]:
+    """The documents of ``rel``, its problems, and its text (for userData's line numbers)."""
     raw = reader.read(rel)
     if isinstance(raw, Problem):
-        return (), (raw,)
+        return (), (raw,), ""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        return (), (Problem(rel, line, column, "", f"not UTF-8 text ({exc.reason})"),)
-    return load_documents(text, rel)
+        return (), (Problem(rel, line, column, "", f"not UTF-8 text ({exc.reason})"),), ""
+    documents, problems = load_documents(text, rel)
+    return documents, problems, text
 
 
 def _classify(document: Document, loaded: list[_Loaded]) -> list[Problem]:
@@ -285,7 +314,7 @@ def _rollout(value: dict[str, Any]) -> Rollout:
     )
 
 
-def _proxy(document: Document) -> Proxy:
+def _proxy(document: Document, secrets: tuple[SecretValue, ...]) -> Proxy:
     data: dict[str, Any] = document.data
     spec: dict[str, Any] = data["spec"]
     placement = spec["placement"]
@@ -306,6 +335,7 @@ def _proxy(document: Document) -> Proxy:
             user_data=cloud.get("userData", ""),
             vendor_data=cloud.get("vendorData"),
             network_config=cloud.get("networkConfig"),
+            secrets=secrets,
         ),
         install_guest_agent=spec.get("installGuestAgent", True),
         health=HealthCheck(

@@ -27,6 +27,7 @@ from reconciler.model.settings import (
     ListenSettings,
     LogSettings,
     RepoSettings,
+    SecretSettings,
     SshSettings,
     StatusSettings,
     WebhookSettings,
@@ -125,6 +126,9 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         listen=ListenSettings(host=host, port=port),
         webhook=WebhookSettings(
             secret_file=_path(dict(_pairs(doc, "webhook")).get("secretFile"), base)
+        ),
+        secrets=SecretSettings(
+            age_identity_file=_path(dict(_pairs(doc, "secrets")).get("ageIdentityFile"), base)
         ),
         status=_status(doc.get("status") or {}),
         log=LogSettings(

@@ -98,7 +98,12 @@ def format_path(path: FieldPath) -> str:
 
 
 def load_documents(
-    text: str, file: str, *, max_depth: int = MAX_DEPTH, max_values: int = MAX_VALUES
+    text: str,
+    file: str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    max_values: int = MAX_VALUES,
+    version: tuple[int, int] | None = None,
 ) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
     """Every document of ``text`` (a file's content) and every problem found.
 
@@ -106,9 +111,14 @@ def load_documents(
     the rest of the file cannot be read. Empty documents (a bare ``---``) are
     dropped: they say nothing. So is a document nested deeper than
     ``max_depth`` or expanding to more than ``max_values`` values.
+
+    ``version`` (1, 1) reads the text as YAML 1.1 does (``yes``/``on`` are
+    booleans), the way cloud-init's PyYAML reads a cloud-config.
     """
     yaml = YAML(typ="rt", pure=True)
     yaml.max_depth = max_depth
+    if version is not None:
+        yaml.version = version
     documents: list[Document] = []
     problems: list[Problem] = []
     try:
@@ -289,13 +299,13 @@ class _Builder:
 
 
 def _scalar(node: Node) -> Any:
-    """YAML 1.2 core schema: null, bool, int, float; everything else is text."""
+    """YAML 1.2 core schema (and 1.1's booleans): null, bool, int, float; else text."""
     tag = str(node.tag)
     text = str(node.value)
     if tag == _TAG + "null":
         return None
     if tag == _TAG + "bool":
-        return text.lower() == "true"
+        return text.lower() in ("true", "yes", "on", "y")
     if tag == _TAG + "int":
         return _int(text)
     if tag == _TAG + "float":

@@ -8,7 +8,12 @@ covers (docs/planning.md keeps the operator's copy of this list):
   (not its key: renaming a key in fleet.yaml replaces nothing);
 - the resolved machine type: ``vcpus``, ``memoryMiB``, ``diskGiB``
   (not its key);
-- ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as written;
+- ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as written
+  (``${secret:NAME}`` references as written, not their values);
+- for each secret userData references, its fingerprint (a keyed hash of the
+  value, reconciler.model.secrets), only when there is one (so that the digests
+  of proxies without secrets never changed): a rotated secret rolls the proxies
+  that use it, while the digest gives away nothing about the value;
 - ``installGuestAgent``;
 - the network of the host the VM runs on (``bridge``/``network`` and its name);
 - the ``proxyfleet.io/restartedAt`` annotation, only when it is set (so that the
@@ -74,6 +79,8 @@ def spec_digest(
     }
     if restarted_at:
         document["restartedAt"] = restarted_at
+    if cloud_init.secrets:
+        document["secrets"] = {s.name: s.fingerprint for s in cloud_init.secrets}
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 

@@ -5,9 +5,11 @@ read-only root filesystem ("creating iso writer: read-only file system");
 pycdlib writes from and to in-memory buffers here, so building a seed opens no
 file at all (a test holds that with an audit hook).
 
-``user-data`` is the manifest's string encoded as UTF-8, nothing more: never
-parsed, merged or re-rendered. What goes into ``vendor-data`` is decided in
-reconciler.core.render.guestagent.
+``user-data`` is the manifest's string encoded as UTF-8 with the values of its
+``${secret:NAME}`` references in place, nothing more: never parsed, merged or
+re-rendered. The seed is the one place a secret's value is written: it lands,
+in clear, in the seed volume on the hypervisor (docs/security.md). What goes
+into ``vendor-data`` is decided in reconciler.core.render.guestagent.
 
 pycdlib stamps the build time into the volume descriptors, so two builds of
 the same spec differ in a few bytes; the files inside are identical.
@@ -40,7 +42,7 @@ def seed_files(spec: VmSpec) -> dict[str, bytes]:
     """The files of the seed by name, in the order they are written."""
     files = {
         "meta-data": meta_data(instance_id=spec.domain, hostname=spec.proxy),
-        "user-data": spec.cloud_init.user_data.encode("utf-8"),
+        "user-data": spec.cloud_init.rendered_user_data().encode("utf-8"),
     }
     vendor = vendor_data(
         install_guest_agent=spec.install_guest_agent,

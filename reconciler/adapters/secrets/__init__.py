@@ -1,0 +1,1 @@
+"""The box's age identity: decrypting the fleet repo's secrets (pyrage)."""

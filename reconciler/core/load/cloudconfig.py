@@ -1,0 +1,269 @@
+"""userData that is ``#cloud-config``, checked against cloud-init's own JSON Schema.
+
+A typo in a cloud-config key passes cloud-init silently: the guest boots, the
+module never runs and the proxy never becomes healthy. So every load of the
+fleet repo (``validate``, ``plan``, ``apply``, the daemon) checks each userData
+whose first line is ``#cloud-config`` (what cloud-init itself looks for) against
+``schemas/cloud-init/schema-cloud-config-v1.json``, copied unchanged from the
+cloud-init named by ``CLOUD_INIT_VERSION`` (its README says where from and under
+which license). Anything else (a script, jinja, MIME, ``#include``) is passed on
+unchecked, as before.
+
+The text is read as cloud-init reads it, YAML 1.1 (``yes`` is a boolean), with
+each ``${secret:NAME}`` replaced by a placeholder first: the check never sees
+a secret's value. On top of the schema, whose top level accepts any key, a key
+that no cloud-init module or base setting knows is reported with the nearest
+known one, since that is the typo that costs an evening.
+
+Problems point at the manifest line (userData's block line + the line inside
+it, reconciler.core.load.userdata) and field ``spec.cloudInit.userData``, and never
+quote a value: cloud-config holds passwords and keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from jsonschema import Draft4Validator, ValidationError
+
+from reconciler.core.load import userdata
+from reconciler.core.load.schemacheck import suggest
+from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.errors import Problem
+from reconciler.model.secrets import references
+
+CLOUD_INIT_VERSION: Final = "22.4.2"
+"""The cloud-init whose schema is shipped (Debian 12's cloud-init 22.4.2-1+deb12u4)."""
+SCHEMA_FILE: Final = ("schemas", "cloud-init", "schema-cloud-config-v1.json")
+HEADER: Final = "#cloud-config"
+
+BASE_KEYS: Final = frozenset(
+    {
+        # Settings cloud-init itself reads from any cloud-config (cloud.cfg's keys), which
+        # no module schema of this version lists.
+        "merge_how",
+        "merge_type",
+        "output",
+        "log_cfgs",
+        "def_log_file",
+        "syslog_fix_perms",
+        "datasource",
+        "datasource_list",
+        "system_info",
+        "network",
+        "manual_cache_clean",
+        "vendor_data2",
+        "launch-index",
+    }
+)
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    text = resources.files("reconciler").joinpath(*SCHEMA_FILE).read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _validator() -> Draft4Validator:
+    return Draft4Validator(_schema())
+
+
+@cache
+def known_keys() -> frozenset[str]:
+    """Every top-level key a module schema or cloud-init's base settings know."""
+    schema = _schema()
+    found: set[str] = set(BASE_KEYS)
+
+    def collect(node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            collect(schema["$defs"].get(ref.removeprefix("#/$defs/")))
+        found.update(node.get("properties", {}))
+        for key in ("allOf", "anyOf", "oneOf"):
+            for sub in node.get(key, []):
+                collect(sub)
+
+    collect(schema)
+    return frozenset(found)
+
+
+def is_cloud_config(text: str) -> bool:
+    return text.startswith(HEADER) and text[len(HEADER) : len(HEADER) + 1] in ("", "\n", "\r", " ")
+
+
+def check(document: Document, lines: Sequence[str]) -> list[Problem]:
+    """Problems of ``document``'s userData as a cloud-config ([] when it is not one)."""
+    text = userdata.user_data(document)
+    if text is None or not is_cloud_config(text):
+        return []
+
+    def manifest_line(line: int) -> int:
+        return userdata.manifest_mark(document, lines, line).line
+
+    found = set()
+    for line, message in findings(_placeholders(text)):
+        mark = userdata.manifest_mark(document, lines, line)
+        # "(first at line 4)": a line of the cloud-config, said as the manifest's line.
+        message = _LINE.sub(lambda m: f"line {manifest_line(int(m[1]))}", message)
+        found.add(Problem(document.file, mark.line, mark.column, userdata.FIELD, message))
+    return sorted(found, key=_order)
+
+
+def _order(problem: Problem) -> tuple[int, int, str, str]:
+    return (problem.line, problem.column, problem.field, problem.message)
+
+
+def _placeholders(text: str) -> str:
+    """``text`` with each ``${secret:NAME}`` replaced by a plain, value-free word."""
+    out, last = [], 0
+    for ref in references(text):
+        out.append(text[last : ref.offset])
+        out.append(f"secret-placeholder-{len(out)}")
+        last = text.index("}", ref.offset) + 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+Finding = tuple[int, str]
+"""A problem as (line of the cloud-config, 1-based; message)."""
+
+_CACHE: dict[bytes, tuple[Finding, ...]] = {}
+_CACHE_SIZE = 4096
+
+
+def findings(text: str) -> tuple[Finding, ...]:
+    """The problems of one cloud-config text, remembered by the text's sha256.
+
+    Parsing and checking one takes 20-30 ms (pure-Python YAML, an 86 KB schema);
+    the daemon loads the same userData every cycle, so each distinct text is
+    checked once per process. The text here carries placeholders, never values.
+    """
+    key = hashlib.sha256(text.encode("utf-8")).digest()
+    cached = _CACHE.get(key)
+    if cached is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        cached = _CACHE[key] = tuple(_check_text(text))
+    return cached
+
+
+def _check_text(text: str) -> Iterator[Finding]:
+    parsed, yaml_problems = load_documents(text, "user-data", version=(1, 1))
+    for problem in yaml_problems:
+        message = problem.message.removeprefix("invalid YAML: ")
+        yield problem.line, f"cloud-config is not valid YAML: {message}"
+    if yaml_problems or not parsed:
+        return
+    config = parsed[0]
+    if not isinstance(config.data, dict):
+        yield config.start.line, "cloud-config must be a mapping of cloud-init keys"
+        return
+    known = known_keys()
+    for key in config.data:
+        if key not in known:
+            best = suggest(str(key), known)
+            hint = f"did you mean '{best}'?" if best else "see cloud-init's module reference"
+            message = (
+                f"cloud-config: unknown key '{key}' ({hint}); cloud-init {CLOUD_INIT_VERSION} "
+                "would ignore it"
+            )
+            yield config.key_mark((key,)).line, message
+    for found in _validator().iter_errors(config.data):
+        error = _closest(found)
+        path: FieldPath = tuple(error.absolute_path)
+        where = format_path(path) or "(top level)"
+        line = config.value_mark(path).line if path else config.start.line
+        yield line, f"cloud-config: {where}: {_describe(error)}"
+
+
+_LINE = re.compile(r"\bline (\d+)")
+_TYPES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "null": "null",
+}
+
+
+def _closest(error: ValidationError) -> ValidationError:
+    """For an anyOf/oneOf, the failure of the branch that came closest.
+
+    A branch that got past the value's own type failed deeper in it: that is
+    the one the operator meant (``users[0]`` is a mapping, so its problem is a
+    field of the mapping, not "expected a string").
+    """
+    while error.validator in ("anyOf", "oneOf") and error.context:
+        depth = len(error.absolute_path)
+        deeper = [e for e in error.context if len(e.absolute_path) > depth]
+        typed = [e for e in error.context if e.validator != "type"]
+        pool = deeper or typed
+        if not pool:  # every branch wants another type: said at once by _describe
+            return error
+        error = max(pool, key=lambda e: len(e.absolute_path))
+    return error
+
+
+def _describe(error: ValidationError) -> str:
+    """What is wrong, in the schema's words, never quoting the value (it may be secret)."""
+    value = error.validator_value
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        value = [t for e in error.context for t in _listed(e.validator_value)]
+        return f"expected {_expected(value)}, got {_kind(error.instance)}"
+    if error.validator == "type":
+        return f"expected {_expected(value)}, got {_kind(error.instance)}"
+    if error.validator == "enum" and isinstance(value, list):
+        return f"must be one of {', '.join(str(v) for v in value)}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = (
+            sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
+        )
+        extra = sorted(str(k) for k in error.instance if k not in allowed)
+        return f"unknown key(s) {', '.join(extra)}; allowed: {', '.join(allowed)}"
+    if error.validator == "required" and isinstance(value, list):
+        missing = [
+            str(v) for v in value if isinstance(error.instance, dict) and v not in error.instance
+        ]
+        return f"missing required key(s) {', '.join(missing)}"
+    rule = f"{error.validator}: {_short(value)}"
+    return f"does not match cloud-init {CLOUD_INIT_VERSION}'s schema ({rule})"
+
+
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _expected(types: object) -> str:
+    names = dict.fromkeys(_TYPES.get(str(t), str(t)) for t in _listed(types))
+    return " or ".join(names)
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(instance: object) -> str:
+    if isinstance(instance, bool):
+        return "a boolean"
+    if isinstance(instance, int | float):
+        return "a number"
+    if isinstance(instance, str):
+        return "a string"
+    if isinstance(instance, dict):
+        return "a mapping"
+    if isinstance(instance, list):
+        return "a list"
+    return "nothing (null)"
