@@ -40,7 +40,7 @@ def domain_xml(spec: VmSpec, *, disk_path: str, seed_path: str) -> str:
     features = ET.SubElement(domain, "features")
     ET.SubElement(features, "acpi")
     ET.SubElement(features, "apic")
-    cpu = _cpu(spec.host.cpu_mode)
+    cpu = cpu_element(spec.host.cpu_mode)
     if cpu is not None:
         domain.append(cpu)
     ET.SubElement(domain, "clock", {"offset": "utc"})
@@ -99,7 +99,8 @@ def _os(firmware: Firmware) -> ET.Element:
     return os_element
 
 
-def _cpu(mode: str) -> ET.Element | None:
+def cpu_element(mode: str) -> ET.Element | None:
+    """The ``<cpu>`` a host's ``cpuMode`` asks for; None for ``none``."""
     if mode == "none":
         return None
     if mode in _CPU_MODES:
