@@ -25,7 +25,16 @@ import time
 from typing import Any
 
 import pytest
-from labutil import ROOT, git, nvram_files, pool_files, virsh
+from labutil import (
+    ROOT,
+    Applied,
+    apply_command,
+    finish_apply,
+    git,
+    nvram_files,
+    pool_files,
+    virsh,
+)
 from test_e2e_apply import OK, Fleet, assert_healthy, files_of, settle
 
 from lab import config as lab_config
@@ -49,6 +58,22 @@ class MixedFleet(Fleet):
         ]
         assert len(found) == 1, found
         return found[0]
+
+    def apply(self) -> Applied:
+        """apply with a replace timeout for this machine's load: at load ~20 a TCG replacement
+        needed more than the default 600 s to serve, and the replace was (rightly) given up."""
+        config = self.repo.parent / "proxyfleet.yaml"
+        config.write_text(f"repo:\n  url: {self.repo}\nreplaceTimeoutSeconds: 1800\n")
+        log_file = self.log_file()
+        started = time.monotonic()
+        with open(log_file, "w") as log:
+            proc = subprocess.Popen(
+                [*apply_command(self.lab, self.repo), "--config", str(config)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        return finish_apply(proc, started, log_file)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
