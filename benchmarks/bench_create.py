@@ -53,7 +53,7 @@ from benchmarks.common import (
     lab_up,
     proxy_yaml,
 )
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image
 from reconciler.model.vm import base_volume_name
 

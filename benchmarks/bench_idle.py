@@ -42,13 +42,13 @@ from benchmarks.common import (
     mutating,
     proxy_yaml,
 )
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.core.digest import proxy_digest
-from reconciler.core.domainxml import domain_xml
-from reconciler.core.manifests import load_repo
-from reconciler.core.metadata import NAMESPACE
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.load.manifests import load_repo
 from reconciler.core.naming import domain_name, resolve_image
-from reconciler.core.planner import plan
+from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.planner import plan
+from reconciler.core.render.domainxml import domain_xml
+from reconciler.core.render.metadata import NAMESPACE
 from reconciler.engine.observe import observe
 from reconciler.model import MachineType, Owner, Repo
 from reconciler.model.vm import VmSpec
@@ -208,6 +208,8 @@ def main() -> int:
         f"{result.metrics['proxyfleet'].median / result.metrics['floor'].median:.2f}x"
     )
     result.note(f"mutating RPCs during the idle reconciles: {max(muts)} (must be 0)")
+    refreshes = rpc_kinds.get("virStoragePoolRefresh", 0)
+    result.note(f"pool refreshes per observe (a rescan, not a change): {refreshes}")
     emit(result, args.json)
     return 0
 

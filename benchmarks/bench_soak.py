@@ -24,12 +24,12 @@ import threading
 import time
 from pathlib import Path
 
-from reconciler.adapters.download import ImageCache
-from reconciler.adapters.fakehost import FakeHypervisor
-from reconciler.adapters.gitsource import GitSource
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.probe import FakeProber, ProbeResult
-from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.adapters.git.gitsource import GitSource
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.hypervisor.download import ImageCache
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.probe import FakeProber, ProbeResult
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host

@@ -51,8 +51,8 @@ from benchmarks.common import (
     lab_up,
     proxy_yaml,
 )
-from reconciler.adapters.httpapi import SIGNATURE_HEADER, sign
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.adapters.surface.httpapi import SIGNATURE_HEADER, sign
 
 FLEET = "tr"
 RPC_LINE = re.compile(r'^time=(\S+) .*msg="rpc=(\w+) .*duration_ms=([\d.]+)')

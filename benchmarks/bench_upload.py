@@ -35,7 +35,7 @@ from benchmarks.common import (
     lab_ssh,
     lab_up,
 )
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image, ImageFormat
 from reconciler.model.vm import base_volume_name
 

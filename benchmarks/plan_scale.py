@@ -25,9 +25,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from reconciler.core.digest import proxy_digest
 from reconciler.core.naming import domain_name, resolve_image
-from reconciler.core.planner import plan
+from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.planner import plan
 from reconciler.model import (
     CloudInit,
     Domain,

@@ -1,6 +1,6 @@
 """Fakes for the engine's tests: time, images, prober, and a small hypervisor.
 
-The hypervisor here is a stand-in until reconciler.adapters.fakehost lands;
+The hypervisor here is a stand-in until reconciler.adapters.hypervisor.fakehost lands;
 it is thread-safe, records every call, injects failures per (method, domain)
 and measures how many mutating calls run at once, per host and overall.
 """

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from reports import report
 
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.notify import SdNotify
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from enginefakes import FakeImages, FakeProber
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
-from reconciler.adapters.fleetlock import Holder
-from reconciler.adapters.host import Hypervisor
-from reconciler.adapters.toozlock import ToozLocks, default_url
+from reconciler.adapters.coordination.fleetlock import Holder
+from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.cli.daemon import serve
 from reconciler.model import Host
 from reconciler.model.settings import (

@@ -68,8 +68,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconciler.core.digest import proxy_digest
 from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import (
     ActionKind,
     CloudInit,
@@ -91,7 +91,7 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
-from reconciler.model.fleet import RESTARTED_AT, Amount, Overcommit, Rollout
+from reconciler.model.fleet import RESTARTED_AT, Amount, DomainType, Overcommit, Rollout
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.inventory import Capacity
 from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, Replace
@@ -194,6 +194,8 @@ def _host(raw: Mapping[str, Any]) -> Host:
         zone=raw.get("zone", "a"),
         network=HostNetwork(kind="bridge", name=network),
         max_proxies=raw.get("maxProxies"),
+        domain_type=DomainType(raw.get("domainType", "kvm")),
+        tcg_cache_mib=raw.get("tcgCacheMiB", 256),
     )
 
 

@@ -16,7 +16,7 @@ import pytest
 from enginefakes import FakeImages, FakeProber, FakeTime, Fetched
 from test_reconcile_fakehost import World
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Image, Plan
 from reconciler.model.plan import Cleanup

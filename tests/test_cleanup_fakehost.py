@@ -1,6 +1,6 @@
 """Volumes a killed create left behind: planned from the inventory, confirmed on the host.
 
-Cycles run over the host adapter's own fake (reconciler.adapters.fakehost),
+Cycles run over the host adapter's own fake (reconciler.adapters.hypervisor.fakehost),
 which refuses a cleanup exactly where the real adapter does: a name that is
 not the domain's, a domain that exists, a volume a domain's disk uses.
 """
@@ -14,7 +14,7 @@ import pytest
 from enginefakes import FakeImages, FakeProber, FakeTime
 from test_reconcile_fakehost import World
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Owner, Plan
 from reconciler.model.plan import Cleanup

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fleetlock import Holder
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.cli.apply import take_lock
 
 DAEMON = Holder("mgmt1", 812, "daemon")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import main
-from reconciler.core import statusdoc
+from reconciler.core.status import statusdoc
 from reconciler.model import ActionKind, Plan
 from reconciler.model.plan import Blocked
 from reconciler.model.report import (

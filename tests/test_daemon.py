@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from daemonutil import FakeCycle, http, running, wait_until
 
-from reconciler.adapters.httpapi import sign, signature_valid
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.statuswriter import MemoryStatusSink
+from reconciler.adapters.git.statuswriter import MemoryStatusSink
+from reconciler.adapters.surface.httpapi import sign, signature_valid
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings, WebhookSettings
@@ -181,7 +181,7 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
 ) -> None:
     from reports import report
 
-    from reconciler.adapters.fakesource import FakeSource
+    from reconciler.adapters.git.fakesource import FakeSource
     from reconciler.engine.daemon import ObservedSource, source_cycle
 
     seen: list[bool] = []

@@ -10,12 +10,12 @@ from daemonutil import http, running, wait_until
 from enginefakes import FLEET, HOST, PROXY
 from reports import report
 
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fakesource import FakeSource
-from reconciler.adapters.fleetlock import Holder
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.notify import SdNotify
-from reconciler.adapters.statuswriter import MemoryStatusSink
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fleetlock import Holder
+from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.adapters.git.statuswriter import MemoryStatusSink
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.leadership import Leadership
 from reconciler.model.report import RunReport

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.settings import load_settings, parse_settings
+from reconciler.core.load.settings import load_settings, parse_settings
 from reconciler.errors import ConfigError
 from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings
 

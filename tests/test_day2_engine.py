@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_reconcile_fakehost import World
 
-from reconciler.adapters.historystore import FileHistoryStore
-from reconciler.core import statusdoc
+from reconciler.adapters.state.historystore import FileHistoryStore
+from reconciler.core.status import statusdoc
 from reconciler.engine.reconcile import Engine
 from reconciler.model import DomainState
 from reconciler.model.plan import Blocked, Replace, Start

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "deploy" / "systemd" / "proxyfleet.service"

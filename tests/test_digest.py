@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from reconciler.core.digest import proxy_digest, spec_digest
+from reconciler.core.plan.digest import proxy_digest, spec_digest
 from reconciler.model import (
     CloudInit,
     DomainType,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.domainxml import domain_xml, overlay_volume_xml, plain_volume_xml
-from reconciler.core.metadata import owner_from_domain_xml
+from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml, plain_volume_xml
+from reconciler.core.render.metadata import owner_from_domain_xml
 from reconciler.errors import PermanentError
 from reconciler.model import (
     CloudInit,

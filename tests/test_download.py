@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.adapters.download import CachedImage, ImageCache, check_url, redact
+from reconciler.adapters.hypervisor.download import CachedImage, ImageCache, check_url, redact
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image
 
@@ -154,7 +154,7 @@ def test_an_image_without_sha_is_not_rehashed_on_reuse(
     def no_hashing(path: Path) -> str:
         raise AssertionError(f"re-hashed {path}")
 
-    monkeypatch.setattr("reconciler.adapters.download._hash_file", no_hashing)
+    monkeypatch.setattr("reconciler.adapters.hypervisor.download._hash_file", no_hashing)
     again = cache.fetch(image(server.url("/d.qcow2")))
     assert again.sha256 == PAYLOAD_SHA
     assert server.hits["/d.qcow2"] == 1
@@ -380,7 +380,7 @@ def test_progress_is_logged_with_bytes_and_rate(
         progress_interval=5.0,
         clock=lambda: float(next(ticks)),
     )
-    with caplog.at_level(logging.INFO, logger="reconciler.adapters.download"):
+    with caplog.at_level(logging.INFO, logger="reconciler.adapters.hypervisor.download"):
         cache.fetch(image(server.url("/d.qcow2")))
     progress = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
     assert any("MiB downloaded" in line for line in progress)

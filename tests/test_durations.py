@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.durations import seconds
-from reconciler.core.settings import load_settings
+from reconciler.core.load.durations import seconds
+from reconciler.core.load.settings import load_settings
 from reconciler.errors import ConfigError
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import (
     CloudInit,

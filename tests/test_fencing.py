@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fleetlock import Holder
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fleetlock import Holder
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.fencing import FencedHost, fenced
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import FencedError, PermanentError

@@ -18,7 +18,7 @@ from daemonutil import running, wait_until
 from reports import report
 from test_reconcile_fakehost import World
 
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import FOLLOW_UP, Daemon
 from reconciler.model.report import Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings, ListenSettings

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from gitutil import Remote, git, make_remote
 
-from reconciler.adapters.gitsource import GitSource, redact
+from reconciler.adapters.git.gitsource import GitSource, redact
 from reconciler.errors import SourceError
 from reconciler.model.settings import RepoSettings
 

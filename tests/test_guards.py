@@ -184,7 +184,7 @@ def test_renaming_every_proxy_is_no_shrink(tmp_path: Path) -> None:
 
 
 def test_the_engine_reads_the_repo_within_the_limits_it_was_given(tmp_path: Path) -> None:
-    from reconciler.core.repofiles import ReadLimits
+    from reconciler.core.load.repofiles import ReadLimits
 
     world = FleetRepo(tmp_path)
     world.engine = Engine(

@@ -11,11 +11,11 @@ import libvirt
 import paramiko
 import pytest
 
-from reconciler.adapters.baseimage import marker_line, parse_marker
-from reconciler.adapters.host import Hypervisor
-from reconciler.adapters.libvirthost import LibvirtHost, usable_ipv4
-from reconciler.adapters.libvirtrpc import classify, code_name
-from reconciler.adapters.ssh import (
+from reconciler.adapters.hypervisor.baseimage import marker_line, parse_marker
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost, usable_ipv4
+from reconciler.adapters.hypervisor.libvirtrpc import classify, code_name
+from reconciler.adapters.hypervisor.ssh import (
     SocketBridge,
     SshConnection,
     check_host_key,

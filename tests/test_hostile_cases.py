@@ -17,10 +17,10 @@ from daemonutil import http, running, wait_until
 from enginefakes import FakeImages, FakeProber
 from gitutil import git
 
-from reconciler.adapters.fakehost import FakeHypervisor
-from reconciler.adapters.gitsource import GitSource
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.adapters.git.gitsource import GitSource
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import main
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.reconcile import Engine

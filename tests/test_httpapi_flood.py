@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from daemonutil import FakeCycle, http, running, wait_until
 
-from reconciler.adapters.httpapi import (
+from reconciler.adapters.surface.httpapi import (
     SIGNATURE_HEADER,
     Endpoints,
     HttpApi,
     ListenerLimits,
     sign,
 )
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import Daemon
 from reconciler.model.settings import DaemonSettings, ListenSettings, WebhookSettings
 
@@ -178,7 +178,7 @@ def test_refused_hooks_are_logged_at_most_once_per_interval(
     api: HttpApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     bad = b"POST /hook HTTP/1.1\r\nContent-Length: 2\r\nX-Hub-Signature-256: sha256=00\r\n\r\n{}"
-    with caplog.at_level(logging.WARNING, logger="reconciler.adapters.httpapi"):
+    with caplog.at_level(logging.WARNING, logger="reconciler.adapters.surface.httpapi"):
         for _ in range(50):
             assert status_of(exchange(api, bad)) == 401
     refused = [r for r in caplog.records if "refused" in r.getMessage()]

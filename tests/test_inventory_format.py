@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.inventory import dump_inventory, load_inventory, parse_inventory
+from reconciler.core.load.inventory import dump_inventory, load_inventory, parse_inventory
 from reconciler.errors import InvalidInput
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.inventory import Capacity

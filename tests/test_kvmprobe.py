@@ -11,10 +11,10 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters.kvmprobe import _watch
-from reconciler.core import kvmprobe
-from reconciler.core.domainxml import cpu_element
-from reconciler.core.kvmprobe import (
+from reconciler.adapters.hypervisor.kvmprobe import _watch
+from reconciler.core.render import kvmprobe
+from reconciler.core.render.domainxml import cpu_element
+from reconciler.core.render.kvmprobe import (
     BOOT_SECTOR,
     DISK_IMAGE,
     PROBE_DOMAIN,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reconciler.adapters.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.fleetlock import Holder
+from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
+from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.engine.leadership import Leadership
 
 A = Holder("box-a", 101, "daemon")

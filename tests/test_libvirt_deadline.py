@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from reconciler.adapters.libvirtrpc import Deadline, _Watchdog
+from reconciler.adapters.hypervisor.libvirtrpc import Deadline, _Watchdog
 
 
 class Expiry:

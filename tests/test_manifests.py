@@ -16,9 +16,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from reconciler.cli import main
-from reconciler.core.manifests import load_repo, manifest_files
+from reconciler.core.load.manifests import load_repo, manifest_files
+from reconciler.core.load.yamlload import load_documents
 from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
-from reconciler.core.yamlload import load_documents
 from reconciler.errors import InvalidInput
 from reconciler.model import (
     DomainType,
@@ -235,6 +235,7 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
     ("fleet", "$defs.host.socket"): lambda r: r.fleet.hosts[0].socket,
     ("fleet", "$defs.host.domainType"): lambda r: r.fleet.hosts[0].domain_type,
     ("fleet", "$defs.host.cpuMode"): lambda r: r.fleet.hosts[0].cpu_mode,
+    ("fleet", "$defs.host.tcgCacheMiB"): lambda r: r.fleet.hosts[0].tcg_cache_mib,
     ("fleet", "$defs.policy.prune"): lambda r: r.fleet.policy.prune,
     ("fleet", "$defs.policy.maxDeletesPerRun"): lambda r: r.fleet.policy.max_deletes_per_run,
     ("fleet", "$defs.policy.allowEmpty"): lambda r: r.fleet.policy.allow_empty,

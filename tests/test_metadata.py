@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from reconciler.core.metadata import (
+from reconciler.core.render.metadata import (
     ELEMENT,
     NAMESPACE,
     PREFIX,

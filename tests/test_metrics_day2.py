@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from prometheus_client.parser import text_string_to_metric_families
 from reports import report
 
-from reconciler.adapters.metrics import Metrics
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.model import DomainRef, Plan
 from reconciler.model.history import Halt
 from reconciler.model.report import Condition

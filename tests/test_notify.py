@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from daemonutil import FakeCycle, running, wait_until
 
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.notify import SdNotify
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon
 from reconciler.model.settings import DaemonSettings, ListenSettings
 

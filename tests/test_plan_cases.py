@@ -28,7 +28,7 @@ from planworld import apply_plan, build_history, build_inventory, build_repo, de
 from ruamel.yaml import YAML
 
 from reconciler.core.naming import domain_name, resolve_image, volume_domain
-from reconciler.core.planner import plan
+from reconciler.core.plan.planner import plan
 from reconciler.model import Action, ActionKind, HostInventory, Inventory, Owner, Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.plan import (

@@ -9,10 +9,10 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.cli.plan import render_plan
-from reconciler.core.digest import proxy_digest
-from reconciler.core.inventory import dump_inventory
-from reconciler.core.manifests import load_repo
+from reconciler.core.load.inventory import dump_inventory
+from reconciler.core.load.manifests import load_repo
 from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner, Repo
 
 
@@ -207,7 +207,7 @@ def test_an_invalid_repo_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_colour_marks_each_listed_line_when_asked(example_repo: Path) -> None:
-    from reconciler.core.planner import plan
+    from reconciler.core.plan.planner import plan
 
     repo = load_repo(example_repo)
     text = render_plan(plan(repo, _drifted(repo)), color=True)

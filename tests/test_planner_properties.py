@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from planworld import NOW, apply_plan, build_inventory, build_repo, desired_digest
 
 from reconciler.core.naming import volume_domain
-from reconciler.core.planner import plan
+from reconciler.core.plan.planner import plan
 from reconciler.model import (
     Action,
     ActionKind,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reconciler.adapters.probe import FakeProber, HttpProber, Prober, ProbeResult, probe
+from reconciler.adapters.surface.probe import FakeProber, HttpProber, Prober, ProbeResult, probe
 from reconciler.model import Health
 
 
@@ -191,7 +191,7 @@ def test_a_proxy_that_dribbles_its_answer_is_cut_at_the_one_deadline(dribbler: i
 
 @pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 1e7])
 def test_a_timeout_that_is_not_a_sane_number_becomes_the_maximum(timeout: float) -> None:
-    from reconciler.adapters.probe import MAX_TIMEOUT, deadline_seconds
+    from reconciler.adapters.surface.probe import MAX_TIMEOUT, deadline_seconds
 
     assert deadline_seconds(timeout) == MAX_TIMEOUT
     assert deadline_seconds(2.5) == 2.5

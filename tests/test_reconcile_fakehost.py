@@ -1,4 +1,4 @@
-"""Whole cycles over the host adapter's own fake (reconciler.adapters.fakehost).
+"""Whole cycles over the host adapter's own fake (reconciler.adapters.hypervisor.fakehost).
 
 FakeHypervisor keeps the real adapter's rules (image ensured before create,
 idempotent create, delete of foreign domains refused), so these cycles check
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
 
-from reconciler.adapters.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.manifests import load_repo
-from reconciler.core.repofiles import Reader, ReadLimits, walk
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.repofiles import Reader, ReadLimits, walk
 from reconciler.errors import InvalidInput, Problem
 
 BASE = Path(__file__).parent / "hostile" / "base"

@@ -16,8 +16,8 @@ from typing import Any
 import pycdlib
 import pytest
 
-from reconciler.core.guestagent import GUEST_AGENT_SCRIPT, SCRIPT_FILENAME, vendor_data
-from reconciler.core.seediso import seed_iso
+from reconciler.core.render.guestagent import GUEST_AGENT_SCRIPT, SCRIPT_FILENAME, vendor_data
+from reconciler.core.render.seediso import seed_iso
 from reconciler.model import CloudInit, Host, HostNetwork, Image, MachineType, Owner
 from reconciler.model.vm import VmSpec
 

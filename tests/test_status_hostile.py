@@ -11,9 +11,9 @@ from daemonutil import running, wait_until
 from gitutil import Remote, git, make_remote
 from reports import report
 
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.statuswriter import GitStatusWriter, Published
-from reconciler.core import statusdoc
+from reconciler.adapters.git.statuswriter import GitStatusWriter, Published
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.core.status import statusdoc
 from reconciler.engine.daemon import Daemon
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings, StatusSettings

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from reports import REV1, REV2, report
 
-from reconciler.core import statusdoc
-from reconciler.core.statusmd import render_markdown
+from reconciler.core.status import statusdoc
+from reconciler.core.status.statusmd import render_markdown
 from reconciler.model.report import Health, RunResult
 
 

@@ -6,8 +6,8 @@ import pytest
 from gitutil import Remote, git, make_remote
 from reports import report
 
-from reconciler.adapters.statuswriter import GitStatusWriter
-from reconciler.core import statusdoc
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.core.status import statusdoc
 from reconciler.model.report import Health
 from reconciler.model.settings import RepoSettings, StatusSettings
 

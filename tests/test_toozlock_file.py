@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.fleetlock import Holder, this_process
-from reconciler.adapters.toozlock import ToozLocks, default_url, driver_url
+from reconciler.adapters.coordination.fleetlock import Holder, this_process
+from reconciler.adapters.coordination.toozlock import ToozLocks, default_url, driver_url
 from reconciler.errors import CoordinationError
 
 A = Holder("box-a", 101, "daemon")
@@ -23,8 +23,8 @@ B = Holder("box-b", 202, "apply")
 
 HOLD = """
 import sys, time
-from reconciler.adapters.fleetlock import this_process
-from reconciler.adapters.toozlock import ToozLocks
+from reconciler.adapters.coordination.fleetlock import this_process
+from reconciler.adapters.coordination.toozlock import ToozLocks
 locks = ToozLocks(sys.argv[1], me=this_process("daemon"))
 assert locks.lock("home").acquire()
 print("held", flush=True)

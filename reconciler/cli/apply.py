@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.fleetlock import FleetLock
+from reconciler.adapters.coordination.fleetlock import FleetLock
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -160,9 +160,9 @@ def build_engine(
 
     With ``held`` (the fleet lock's), every mutating host call is fenced by it.
     """
-    from reconciler.adapters.download import ImageCache
-    from reconciler.adapters.historystore import FileHistoryStore
-    from reconciler.adapters.probe import HttpProber
+    from reconciler.adapters.hypervisor.download import ImageCache
+    from reconciler.adapters.state.historystore import FileHistoryStore
+    from reconciler.adapters.surface.probe import HttpProber
 
     state = state_dir(args, settings.state_dir)
     cache = state / "images"

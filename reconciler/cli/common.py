@@ -17,11 +17,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from reconciler.adapters.fleetlock import LockService, this_process
-from reconciler.adapters.host import Hypervisor
-from reconciler.core.manifests import load_repo
-from reconciler.core.repofiles import ReadLimits
-from reconciler.core.settings import DEFAULT_CONFIG, load_settings
+from reconciler.adapters.coordination.fleetlock import LockService, this_process
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.repofiles import ReadLimits
+from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput
@@ -105,7 +105,10 @@ def state_dir(args: argparse.Namespace, base: Path | None = None) -> Path:
 def lock_service(settings: DaemonSettings, state: Path, *, role: str) -> LockService:
     """The fleet locks of the config's coordination service (a file lock in ``state``/locks
     by default). Raises ConfigError for a URL no backend understands."""
-    from reconciler.adapters.toozlock import ToozLocks, default_url  # tooz loads only here
+    from reconciler.adapters.coordination.toozlock import (  # tooz loads only here
+        ToozLocks,
+        default_url,
+    )
 
     url = settings.coordination.url or default_url(state)
     try:
@@ -119,7 +122,9 @@ def host_factory(ssh: SshSettings, *, fleet: str | None = None) -> Callable[[Hos
 
     ``fleet``: the pinned fleet id; a delete refuses domains of any other fleet.
     """
-    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.libvirthost import (
+        LibvirtHost,  # libvirt loads only when needed
+    )
 
     def make(host: Host) -> Hypervisor:
         return LibvirtHost(host, ssh, fleet=fleet)

@@ -9,15 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.fleetlock import LockService
-from reconciler.adapters.gitsource import GitSource
-from reconciler.adapters.host import Hypervisor
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.notify import SdNotify
-from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.adapters.coordination.fleetlock import LockService
+from reconciler.adapters.git.gitsource import GitSource
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
 from reconciler.cli.logsetup import setup_logging
-from reconciler.core.settings import DEFAULT_CONFIG, load_settings
+from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
@@ -60,12 +60,14 @@ def build_engine(
 ) -> Engine:
     """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
     unless a factory is given, each fenced by ``held`` (the fleet lock)."""
-    from reconciler.adapters.download import ImageCache
-    from reconciler.adapters.historystore import FileHistoryStore
-    from reconciler.adapters.probe import HttpProber
+    from reconciler.adapters.hypervisor.download import ImageCache
+    from reconciler.adapters.state.historystore import FileHistoryStore
+    from reconciler.adapters.surface.probe import HttpProber
 
     if host_factory is None:
-        from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only here
+        from reconciler.adapters.hypervisor.libvirthost import (
+            LibvirtHost,  # libvirt loads only here
+        )
 
         def make_host(host: Host) -> Hypervisor:
             return LibvirtHost(

@@ -39,7 +39,7 @@ from reconciler.model import Firmware, Host, Repo
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hostcheck import HostReport, Need
+    from reconciler.adapters.hypervisor.hostcheck import HostReport, Need
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -111,7 +111,7 @@ def needs_uefi(repo: Repo) -> bool:
 
 def largest_vm(repo: Repo) -> Need:
     """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
-    from reconciler.adapters.hostcheck import Need  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck import Need  # libvirt loads only when needed
 
     machines = repo.fleet.machine_types
     if not machines:
@@ -137,7 +137,9 @@ def check_hosts(
     need: Need | None = None,
     kvm_probe: bool = True,
 ) -> list[HostReport]:
-    from reconciler.adapters.libvirthost import LibvirtHost  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.libvirthost import (
+        LibvirtHost,  # libvirt loads only when needed
+    )
 
     reports: dict[str, HostReport] = {}
     lock = threading.Lock()

@@ -1,7 +1,7 @@
 """``proxyfleet inventory``: what every host of fleet.yaml runs, owned and foreign, read now.
 
 ``--json`` prints the inventory format that ``proxyfleet plan --inventory FILE``
-reads (reconciler.core.inventory), so ``inventory --json > inv.json`` then
+reads (reconciler.core.load.inventory), so ``inventory --json > inv.json`` then
 ``plan --inventory inv.json`` plans exactly against what was seen. Without it,
 a table: one row per domain, with its owner (``fleet/proxy``), ``foreign``
 for a domain without proxyfleet metadata, and one row per unreachable host.
@@ -27,7 +27,7 @@ from reconciler.cli.common import (
     table,
 )
 from reconciler.cli.logsetup import setup_logging
-from reconciler.core.inventory import dump_inventory
+from reconciler.core.load.inventory import dump_inventory
 from reconciler.errors import ConfigError
 from reconciler.model import Domain, Inventory
 

@@ -33,8 +33,8 @@ from reconciler.cli.common import (
     load_repo_or_complain,
     observe_live,
 )
-from reconciler.core.inventory import load_inventory
-from reconciler.core.planner import UP_TO_DATE, plan
+from reconciler.core.load.inventory import load_inventory
+from reconciler.core.plan.planner import UP_TO_DATE, plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
 from reconciler.model.plan import Blocked, Cleanup, Replace, blocked_kind, replaced

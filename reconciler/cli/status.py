@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.common import add_repo_argument, table
-from reconciler.core import statusdoc
+from reconciler.core.status import statusdoc
 
 STATUS_FILE = "status.yaml"
 MAX_STATUS_BYTES = 1024 * 1024

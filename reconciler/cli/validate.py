@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.core.manifests import load_repo
+from reconciler.core.load.manifests import load_repo
 from reconciler.errors import InvalidInput
 from reconciler.model.fleet import Repo
 

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from reconciler.adapters.host import Hypervisor
-from reconciler.core.planner import UP_TO_DATE
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.plan.planner import UP_TO_DATE
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet

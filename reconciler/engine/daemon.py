@@ -24,11 +24,11 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.adapters.httpapi import Endpoints, HttpApi
-from reconciler.adapters.metrics import CONTENT_TYPE, Metrics
-from reconciler.adapters.notify import SdNotify
-from reconciler.adapters.source import Checkout, Source
-from reconciler.adapters.statuswriter import StatusSink
+from reconciler.adapters.git.source import Checkout, Source
+from reconciler.adapters.git.statuswriter import StatusSink
+from reconciler.adapters.surface.httpapi import Endpoints, HttpApi
+from reconciler.adapters.surface.metrics import CONTENT_TYPE, Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.runtime import Progress
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals

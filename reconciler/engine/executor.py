@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.engine.check import Prober, VmHealth, check_vm
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
@@ -78,7 +78,7 @@ class FetchedImage(Protocol):
 
 
 class ImageSource(Protocol):
-    """The local image cache (reconciler.adapters.download.ImageCache)."""
+    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...
 

@@ -8,7 +8,7 @@ rest of the plan. Reads (observe, addresses) pass through: a standby may
 look, only the leader acts.
 
 A call already in flight when the lease runs out is not recalled: libvirt has
-no way to. The lease's margin (adapters.toozlock) makes the lock count as
+no way to. The lease's margin (adapters.coordination.toozlock) makes the lock count as
 lost well before anyone else can take it, and every action is idempotent or
 cleaned up by the next leader's plan (leftover volumes of a create).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.engine.pool import HostFactory
 from reconciler.errors import FencedError
 from reconciler.model import Host, HostInventory, Image, Owner

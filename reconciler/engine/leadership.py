@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reconciler.adapters.fleetlock import FleetLock, LockService
-from reconciler.core.manifests import load_repo
+from reconciler.adapters.coordination.fleetlock import FleetLock, LockService
+from reconciler.core.load.manifests import load_repo
 from reconciler.errors import CoordinationError, InvalidInput
 
 log = logging.getLogger(__name__)

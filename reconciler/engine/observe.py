@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.errors import HostError
 from reconciler.model import Fleet, HostInventory, Inventory
 from reconciler.model.report import HostStatus

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from reconciler.adapters.host import Hypervisor
+from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.model import Host
 
 log = logging.getLogger(__name__)

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.adapters.download import check_url
-from reconciler.adapters.historystore import HistoryStore, MemoryHistoryStore
-from reconciler.adapters.host import Hypervisor
-from reconciler.core.manifests import load_repo
-from reconciler.core.planner import plan as make_plan
-from reconciler.core.repofiles import ReadLimits
+from reconciler.adapters.hypervisor.download import check_url
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.repofiles import ReadLimits
+from reconciler.core.plan.planner import plan as make_plan
 from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource

@@ -83,8 +83,20 @@ class Host:
     socket: str = "/var/run/libvirt/libvirt-sock"
     domain_type: DomainType = DomainType.KVM
     cpu_mode: str = "host-model"
+    tcg_cache_mib: int = 256
+    """QEMU's TCG translation cache per VM under ``domain_type`` QEMU (MiB)."""
     max_proxies: int | None = None
     location: Location = field(default=Location(""), compare=False)
+
+    @property
+    def tcg_cache(self) -> int | None:
+        """The TCG translation cache each VM gets here (MiB); None under KVM."""
+        return self.tcg_cache_mib if self.domain_type is DomainType.QEMU else None
+
+    def vm_memory_mib(self, memory_mib: int) -> int:
+        """What a VM of ``memory_mib`` takes of this host's memory: its own,
+        plus the translation cache QEMU allocates for it under TCG."""
+        return memory_mib + (self.tcg_cache or 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 A crash loop, a probe that keeps failing and a halted rollout are facts about
 the past that the hosts do not keep. The engine records them after each run
-(``reconciler.adapters.historystore``, a JSON file in the state dir) and hands
+(``reconciler.adapters.state.historystore``, a JSON file in the state dir) and hands
 them back to the next plan together with the time of planning, so that the
 planner stays a pure function.
 """

@@ -1,7 +1,7 @@
 """What the hosts run, as observed: the planner's other input.
 
 The JSON form (``proxyfleet inventory --json`` and ``plan --inventory FILE``)
-is produced and parsed by ``reconciler.core.inventory``.
+is produced and parsed by ``reconciler.core.load.inventory``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Box-local settings (the daemon config): small frozen groups, each with units.
 
 The daemon issue extends this module with repo, interval, listen, webhook,
-status and log groups; the loader lives in reconciler.core.settings.
+status and log groups; the loader lives in reconciler.core.load.settings.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import libvirt
 import pytest
 from hostservices import BlankImage, Sshd, SshKeys, libvirt_daemons, make_keys
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import (
     CloudInit,
     DomainType,

@@ -17,10 +17,10 @@ from enginefakes import FakeImages, FakeProber, FakeTime, LocalFakeHost
 from gitutil import Remote, git, make_remote
 from hostservices import Sshd, make_keys
 
-from reconciler.adapters.gitsource import GitSource
-from reconciler.adapters.httpapi import sign
-from reconciler.adapters.metrics import Metrics
-from reconciler.adapters.statuswriter import GitStatusWriter
+from reconciler.adapters.git.gitsource import GitSource
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.surface.httpapi import sign
+from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host

@@ -17,15 +17,15 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.core.domainxml import domain_xml
-from reconciler.core.metadata import (
+from reconciler.core.render.domainxml import domain_xml
+from reconciler.core.render.metadata import (
     NAMESPACE,
     PREFIX,
     owner_from_domain_xml,
     owner_xml,
     parse_owner,
 )
-from reconciler.core.seediso import seed_iso
+from reconciler.core.render.seediso import seed_iso
 from reconciler.model import (
     CloudInit,
     DomainType,
@@ -149,6 +149,12 @@ def test_a_uefi_guest_starts_under_tcg_with_secure_boot_off_and_the_seed_attache
     assert nvram and Path(nvram).exists()
     sources = [s.get("file") for s in live.findall("./devices/disk/source")]
     assert sources == [str(disk), str(seed)]
+    # the TCG translation cache placement counts is the one QEMU was given
+    cache = live.find("./features/tcg/tb-cache")
+    assert cache is not None and int(cache.text or 0) == 256 * 1024  # libvirt says KiB
+    pid = Path(f"/run/libvirt/qemu/{spec.domain}.pid").read_text().strip()
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert any(b"tb-size=256" in arg for arg in argv), argv
     dom.destroy()
     dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
     assert not Path(nvram).exists()

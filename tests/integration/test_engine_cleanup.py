@@ -19,7 +19,7 @@ import pytest
 from hostservices import BlankImage
 from test_engine_libvirt import engine, fleet_yaml, proxy_yaml
 
-from reconciler.core.domainxml import overlay_volume_xml
+from reconciler.core.render.domainxml import overlay_volume_xml
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.model import ActionKind, Host
 from reconciler.model.plan import Create

@@ -16,8 +16,8 @@ import libvirt
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.core.metadata import owner_from_domain_xml
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.render.metadata import owner_from_domain_xml
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.model import ActionKind, Host, Image

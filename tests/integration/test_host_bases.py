@@ -16,8 +16,8 @@ from test_engine_cleanup import disk_domain_xml
 from test_engine_libvirt import engine, fleet_yaml, proxy_yaml
 from test_host_images import backing_of, volumes
 
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.core.domainxml import overlay_volume_xml
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.render.domainxml import overlay_volume_xml
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import PermanentError
 from reconciler.model import ActionKind, Host

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hostservices import BlankImage, SshKeys
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli import main
-from reconciler.core.inventory import parse_inventory
+from reconciler.core.load.inventory import parse_inventory
 from reconciler.model import Host
 from reconciler.model.vm import VmSpec
 
@@ -171,7 +171,7 @@ def test_without_the_interface_driver_a_bridge_is_checked_in_sysfs_and_a_missing
 ) -> None:
     import subprocess
 
-    from reconciler.adapters.hostcheck import _Failed, bridge_from_sysfs
+    from reconciler.adapters.hypervisor.hostcheck import _Failed, bridge_from_sysfs
 
     bridge = "pfitbr0"
     subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)

@@ -16,7 +16,7 @@ import libvirt
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Domain, DomainState
 from reconciler.model.vm import VmSpec
 

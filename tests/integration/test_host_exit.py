@@ -15,7 +15,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from reconciler.adapters.libvirthost import LibvirtHost
+    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
     from reconciler.model import DomainType, Host, HostNetwork
     from reconciler.model.settings import SshSettings
 

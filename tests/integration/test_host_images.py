@@ -18,7 +18,7 @@ from typing import IO, Any
 import pytest
 from hostservices import BlankImage, Sshd
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image, ImageFormat
 from reconciler.model.vm import VmSpec, base_volume_name

@@ -13,11 +13,11 @@ import pytest
 from hostservices import SshKeys
 from test_host_cli import access, fleet_repo
 
-from reconciler.adapters.baseimage import BaseImages
-from reconciler.adapters.kvmprobe import probe_kvm
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.baseimage import BaseImages
+from reconciler.adapters.hypervisor.kvmprobe import probe_kvm
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli import main
-from reconciler.core.kvmprobe import PROBE_DOMAIN, PROBE_VOLUME
+from reconciler.core.render.kvmprobe import PROBE_DOMAIN, PROBE_VOLUME
 from reconciler.model import Host
 
 

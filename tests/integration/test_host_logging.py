@@ -11,8 +11,8 @@ import pycdlib
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.adapters.libvirtrpc import TRACE
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirtrpc import TRACE
 from reconciler.errors import NotFoundError
 from reconciler.model import CloudInit
 from reconciler.model.vm import VmSpec

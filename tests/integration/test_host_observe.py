@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.core.domainxml import domain_xml
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.render.domainxml import domain_xml
 from reconciler.model import DomainState
 from reconciler.model.vm import VmSpec
 

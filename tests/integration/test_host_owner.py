@@ -18,9 +18,9 @@ import libvirt
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.libvirthost import LibvirtHost
-from reconciler.adapters.libvirtrpc import RpcObserver
-from reconciler.core.metadata import NAMESPACE, owner_from_domain_xml, parse_owner
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirtrpc import RpcObserver
+from reconciler.core.render.metadata import NAMESPACE, owner_from_domain_xml, parse_owner
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Owner
 from reconciler.model.vm import VmSpec

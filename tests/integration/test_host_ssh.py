@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hostservices import Sshd, SshKeys, make_keys
 
-from reconciler.adapters.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings

@@ -2,7 +2,7 @@
 
 ``proxyfleet hosts check`` runs first, with its KVM probe (a throw-away transient kvm domain
 booting a boot sector through real, protected and long mode; see
-``reconciler/adapters/kvmprobe.py``), and its report is asserted: the probe decided, the
+``reconciler/adapters/hypervisor/kvmprobe.py``), and its report is asserted: the probe decided, the
 host's libvirt and QEMU versions are there, and for this ``domainType: kvm`` host a KVM
 that does not work fails the check. Only then, and only when the check says KVM is not
 usable, is the proxy test skipped, with the check's own reason (on the lab machines: "KVM
@@ -26,7 +26,7 @@ from labutil import ROOT, apply, git, probe_through, squid_user_data, virsh
 
 from lab import config as lab_config
 from lab.hosts import LabError
-from reconciler.core.kvmprobe import PROBE_DOMAIN
+from reconciler.core.render.kvmprobe import PROBE_DOMAIN
 
 LAB_HOSTS = 1
 NAME = "k-bios"

@@ -1,0 +1,26 @@
+"""An in-memory Source for unit tests: a directory, a revision, optional failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.adapters.git.source import Checkout
+from reconciler.errors import SourceError
+
+
+@dataclass
+class FakeSource:
+    """Returns ``root`` at ``revision``; ``fetch_error`` or ``error`` simulate failures."""
+
+    root: Path
+    revision: str = "0" * 40
+    fetch_error: str = ""
+    error: str = ""
+    syncs: int = 0
+
+    def sync(self) -> Checkout:
+        self.syncs += 1
+        if self.error:
+            raise SourceError(self.error, revision=self.revision)
+        return Checkout(revision=self.revision, root=self.root, fetch_error=self.fetch_error)

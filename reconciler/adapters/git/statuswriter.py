@@ -1,0 +1,227 @@
+"""Status back to the repo: ``<path>/status.yaml`` and ``<path>/STATUS.md`` on the status branch.
+
+The writer keeps a repository of its own in the state dir (bare, no work
+tree). Each publish fetches the status branch, starts from its tip (or from
+nothing: an orphan branch), reads the previous status.yaml, builds the new one
+and commits only when something meaningful changed. A rejected push is
+fetched, regenerated on top of the new tip and pushed again, a bounded number
+of times; it is never forced.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import git
+from git.exc import GitCommandError, GitError
+from git.objects import Blob
+from gitdb import IStream  # type: ignore[import-untyped]
+
+from reconciler.adapters.git.gitsource import git_environment, git_message, open_or_init, redact
+from reconciler.core.status import statusdoc
+from reconciler.core.status.statusmd import render_markdown
+from reconciler.model.report import RunReport
+from reconciler.model.settings import RepoSettings, StatusSettings
+
+log = logging.getLogger(__name__)
+
+AUTHOR_NAME = "proxyfleet"
+AUTHOR_EMAIL = "proxyfleet@localhost"
+_REGULAR_MODES = ("100644", "100755")
+MAX_STATUS_BYTES = 1024 * 1024
+"""A previous status.yaml larger than this is ignored (ours stay far below it)."""
+_REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "stale info")
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What a publish did: ``commit`` is set when a commit reached the remote."""
+
+    commit: str = ""
+    message: str = ""
+    error: str = ""
+
+
+class StatusSink(Protocol):
+    def publish(self, report: RunReport) -> Published:
+        """Record ``report``; commit and push when something meaningful changed.
+
+        Cost: one fetch, and a commit + push when the status changed. Never
+        raises for git or network failures: they come back in ``error``.
+        """
+        ...
+
+
+@dataclass
+class MemoryStatusSink:
+    """A StatusSink for unit tests: keeps documents, commits when meaningful."""
+
+    history: int = 10
+    documents: list[statusdoc.Doc] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    _runs: list[statusdoc.Doc] = field(default_factory=list)
+
+    def publish(self, report: RunReport) -> Published:
+        previous = self.documents[-1] if self.documents else None
+        self._runs = [statusdoc.run_entry(report), *self._runs][: self.history]
+        doc = statusdoc.build(report, previous, runs=self._runs)
+        if statusdoc.meaningful(doc) == statusdoc.meaningful(previous):
+            return Published()
+        message = statusdoc.commit_message(previous, doc)
+        self.documents.append(doc)
+        self.messages.append(message)
+        return Published(commit=f"{len(self.documents):040x}", message=message)
+
+
+class GitStatusWriter:
+    """A StatusSink committing to ``status.branch`` of the fleet repo's remote.
+
+    The status branch is input from anyone who can push to it: it may hold a
+    symlink where STATUS.md belongs, or a status.yaml that is not ours. So the
+    writer never checks the branch out. It reads the previous status.yaml as a
+    blob (regular files only, size-capped, shape-checked), writes the new blobs
+    into the object database, builds the tree in a private index file
+    (``--replace`` drops whatever stood at those paths, links included) and
+    makes the commit with ``commit-tree``. Nothing is written through a work
+    tree, so no link on the branch can point a write anywhere.
+    """
+
+    def __init__(self, repo: RepoSettings, status: StatusSettings, workdir: Path) -> None:
+        self._repo_settings = repo
+        self._settings = status
+        self._workdir = workdir
+        self._env = {
+            **git_environment(repo),
+            "GIT_AUTHOR_NAME": AUTHOR_NAME,
+            "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL,
+            "GIT_COMMITTER_NAME": AUTHOR_NAME,
+            "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL,
+        }
+        self._runs: list[statusdoc.Doc] | None = None
+
+    def publish(self, report: RunReport) -> Published:
+        entry = statusdoc.run_entry(report)
+        try:
+            repo = open_or_init(self._workdir, self._repo_settings.url, self._env, bare=True)
+        except (GitError, OSError) as exc:
+            return self._failed(f"cannot prepare {self._workdir}: {exc}")
+        error = ""
+        for attempt in range(1, self._settings.push_attempts + 1):
+            try:
+                parent, previous = self._start_from_remote(repo)
+            except GitCommandError as exc:
+                return self._failed(f"fetching the status branch failed: {git_message(exc)}")
+            if self._runs is None:
+                self._runs = list((previous or {}).get("runs", []))
+            runs = [entry, *self._runs][: self._settings.history]
+            doc = statusdoc.build(report, previous, runs=runs)
+            if statusdoc.meaningful(doc) == statusdoc.meaningful(previous):
+                self._runs = runs
+                return Published()
+            message = statusdoc.commit_message(previous, doc)
+            try:
+                commit = self._commit(repo, parent, doc, message)
+                repo.git.push(
+                    "--porcelain",
+                    "origin",
+                    f"{commit}:refs/heads/{self._settings.branch}",
+                    kill_after_timeout=self._repo_settings.fetch_timeout,
+                )
+            except GitCommandError as exc:
+                error = git_message(exc)
+                text = f"{exc.stdout or ''} {exc.stderr or ''}"
+                if any(marker in text for marker in _REJECTED):
+                    log.info("Status push rejected (attempt %d); regenerating on top.", attempt)
+                    continue
+                return self._failed(
+                    f"pushing the status to {redact(self._repo_settings.url)}: {error}"
+                )
+            self._runs = runs
+            log.info("Status committed %s: %s", commit[:12], message.splitlines()[0])
+            return Published(commit=commit, message=message)
+        return self._failed(
+            f"the status push was rejected {self._settings.push_attempts} times: {error}"
+        )
+
+    def _failed(self, message: str) -> Published:
+        log.warning("Status not written: %s", message)
+        return Published(error=message)
+
+    def _start_from_remote(self, repo: git.Repo) -> tuple[str, statusdoc.Doc | None]:
+        """Fetch the remote status branch: its tip ('' when there is none) and its status.yaml."""
+        branch = self._settings.branch
+        remote_ref = f"refs/remotes/origin/{branch}"
+        exists = bool(
+            str(
+                repo.git.ls_remote(
+                    "--heads",
+                    "origin",
+                    f"refs/heads/{branch}",
+                    kill_after_timeout=self._repo_settings.fetch_timeout,
+                )
+            ).strip()
+        )
+        if not exists:
+            return "", None
+        repo.git.fetch(
+            "--no-tags",
+            "origin",
+            f"+refs/heads/{branch}:{remote_ref}",
+            kill_after_timeout=self._repo_settings.fetch_timeout,
+        )
+        parent = str(repo.git.rev_parse("--verify", f"{remote_ref}^{{commit}}"))
+        return parent, self._previous(repo, parent)
+
+    def _previous(self, repo: git.Repo, parent: str) -> statusdoc.Doc | None:
+        """The status.yaml of ``parent`` when it is a regular, small, well-formed file."""
+        path = self._file("status.yaml")
+        listing = str(repo.git.ls_tree("-l", parent, "--", path)).strip()
+        # "<mode> <type> <sha> <size>\t<path>"; a link is mode 120000, a directory a tree.
+        fields = listing.split("\t", 1)[0].split()
+        if len(fields) != 4 or fields[0] not in _REGULAR_MODES or fields[1] != "blob":
+            if listing:
+                log.warning("Ignoring %s on the status branch: not a regular file.", path)
+            return None
+        if int(fields[3]) > MAX_STATUS_BYTES:
+            log.warning("Ignoring %s on the status branch: over %d bytes.", path, MAX_STATUS_BYTES)
+            return None
+        text = str(repo.git.cat_file("blob", fields[2]))
+        doc = statusdoc.parse_yaml(text)
+        if doc is None:
+            log.warning("Ignoring %s on the status branch: not a status document.", path)
+        return doc
+
+    def _file(self, name: str) -> str:
+        directory = self._settings.path.strip("/")
+        return f"{directory}/{name}" if directory and directory != "." else name
+
+    def _commit(self, repo: git.Repo, parent: str, doc: statusdoc.Doc, message: str) -> str:
+        """A commit of ``parent``'s tree with our two files (re)placed; no work tree involved."""
+        blobs = {
+            self._file("status.yaml"): statusdoc.dump_yaml(doc),
+            self._file("STATUS.md"): render_markdown(doc),
+        }
+        index = Path(repo.git_dir) / "proxyfleet-status.index"
+        index.unlink(missing_ok=True)
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            if parent:
+                repo.git.read_tree(parent, env=env)
+            else:
+                repo.git.read_tree("--empty", env=env)
+            for path, text in blobs.items():
+                data = text.encode("utf-8")
+                stored = repo.odb.store(IStream(Blob.type, len(data), io.BytesIO(data)))
+                sha = stored.hexsha.decode("ascii")
+                repo.git.update_index(
+                    "--add", "--replace", "--cacheinfo", f"100644,{sha},{path}", env=env
+                )
+            tree = str(repo.git.write_tree(env=env))
+        finally:
+            index.unlink(missing_ok=True)
+        args = [tree, *(["-p", parent] if parent else []), "--no-gpg-sign", "-m", message]
+        return str(repo.git.commit_tree(*args))

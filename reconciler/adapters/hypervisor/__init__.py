@@ -1,0 +1,1 @@
+"""Adapters that talk to a hypervisor: SSH, libvirt RPC, the host seam and its fake, base images."""

@@ -1,0 +1,612 @@
+"""``LibvirtHost``: the Hypervisor seam over SSH and libvirt-python.
+
+What lands on a host, per proxy VM (DESIGN.md): domain ``pf-<fleet>-<proxy>-<d8>``
+with the ownership element in its ``<metadata>``, overlay ``<domain>.qcow2`` on
+the base named by content (``base-<key>-<sha256[:12]>.<format>``), seed
+``<domain>-seed.iso``, and the NVRAM file that libvirt manages for UEFI guests.
+Disks are referenced by host path (``virStorageVolGetPath``), never by
+pool/volume, so AppArmor-confined QEMU gets rules for them.
+
+Costs are libvirt calls over the SSH link; every one is traced at DEBUG on
+``reconciler.libvirt`` (see libvirtrpc). Cloud-init content only ever travels
+inside the seed ISO upload body, which is never logged.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
+from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
+from reconciler.adapters.hypervisor.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
+from reconciler.adapters.hypervisor.neighbours import ARP_TABLE, arp_ipv4
+from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
+from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
+from reconciler.core.render.metadata import (
+    NAMESPACE,
+    PREFIX,
+    owner_from_domain_xml,
+    owner_xml,
+    parse_owner,
+)
+from reconciler.core.render.seediso import seed_iso
+from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
+from reconciler.model import Domain, DomainState, Host, HostInventory, Image, Owner
+from reconciler.model.inventory import Capacity
+from reconciler.model.settings import SshSettings
+from reconciler.model.vm import VmSpec, vm_volumes
+
+log = logging.getLogger("reconciler.host")
+
+STATES = {
+    libvirt.VIR_DOMAIN_RUNNING: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_BLOCKED: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_PAUSED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
+    libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
+}
+FAILURE_REASONS = {
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED): "crashed",
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_FAILED): "failed",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_PANICKED): "panicked",
+    (libvirt.VIR_DOMAIN_CRASHED, libvirt.VIR_DOMAIN_CRASHED_UNKNOWN): "crashed",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR): "ioerror",
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_USER): "user",
+}
+"""libvirt state reasons the planner acts on: a domain down through a failure
+(self-healing), paused by the hypervisor on an I/O error (a full pool) or by a person."""
+OBSERVED_STATS = (
+    libvirt.VIR_DOMAIN_STATS_STATE
+    | libvirt.VIR_DOMAIN_STATS_VCPU
+    | libvirt.VIR_DOMAIN_STATS_BALLOON
+)
+"""One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
+UNDEFINE_FLAGS = (
+    libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+    | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
+)
+REFUSED_FLAG_CODES = frozenset(
+    {libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED}
+)
+AGENT_CODES = frozenset({libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED})
+"""Transient for the agent, not for the host: the next address source is asked."""
+OBSERVE_READS = 4
+"""Metadata reads in flight at once on one host's connection while observing. libvirtd
+serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
+ADDRESS_SOURCES = (
+    ("agent", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT),
+    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
+    ("lease", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE),
+)
+
+
+class LibvirtHost:
+    """One hypervisor from fleet.yaml, reached over SSH. Safe to share between threads."""
+
+    def __init__(
+        self,
+        host: Host,
+        settings: SshSettings,
+        *,
+        observer: RpcObserver | None = None,
+        opener: FileOpener | None = None,
+        fleet: str | None = None,
+    ) -> None:
+        """``fleet``: when set, ``delete`` refuses a domain another fleet owns (the
+        last-moment check of the pinned fleet id)."""
+        self._host = host
+        self._fleet = fleet
+        self._session = LibvirtSession(host, settings, observer=observer)
+        self._images = BaseImages(self._session, opener=opener)
+
+    @property
+    def name(self) -> str:
+        return self._host.name
+
+    @property
+    def session(self) -> LibvirtSession:
+        return self._session
+
+    def observe(self) -> HostInventory:
+        """The pool's volume names and space (3 RPCs), the node's CPUs and memory (1 RPC),
+        1 RPC for every domain with its state, reason and size, then one metadata read per
+        domain.
+
+        Volumes are listed before domains: a domain defined in between is then
+        seen with its volumes, never the other way round (volumes that look
+        unused). A pool that does not exist gives no volumes (``hosts check``
+        reports it); any other failure fails the observation.
+
+        ``virDomainGetMetadata`` returns only our element (about 400 bytes), not
+        the whole domain XML, which libvirtd takes several times longer to
+        format; a domain without our element answers VIR_ERR_NO_DOMAIN_METADATA
+        and is foreign. The reads run ``OBSERVE_READS`` at a time on the one
+        connection (libvirt multiplexes calls), so the link's round trips
+        overlap instead of adding up.
+        """
+        volumes, pool_space = self._volume_names()
+        node = self._session.call("virNodeGetInfo", lambda c: c.getInfo())
+        stats = self._session.call(
+            "virConnectGetAllDomainStats",
+            lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
+        )
+        listed = [(dom, _observed(values)) for dom, values in stats]
+        workers = min(OBSERVE_READS, len(listed))
+        if workers <= 1:
+            found = [self._read_domain(dom, seen) for dom, seen in listed]
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{self.name}") as pool:
+                found = list(pool.map(lambda item: self._read_domain(*item), listed))
+        domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
+        capacity = None
+        if pool_space is not None:
+            capacity = Capacity(
+                cpus=int(node[2]),
+                memory_mib=int(node[1]),
+                pool_capacity_bytes=pool_space[0],
+                pool_available_bytes=pool_space[1],
+            )
+        return HostInventory(
+            name=self.name,
+            reachable=True,
+            domains=tuple(domains),
+            volumes=volumes,
+            capacity=capacity,
+        )
+
+    def _volume_names(self) -> tuple[tuple[str, ...], tuple[int, int] | None]:
+        """The pool's volume names and (capacity, available) bytes; none without a pool."""
+        try:
+            pool = self._images.pool()
+        except PermanentError as exc:
+            log.debug("host %s: no volumes listed: %s", self.name, exc)
+            return (), None
+        # libvirt counts a dir pool's free space at its last refresh (and its own volume
+        # calls): a guest's growing overlay, or any file written beside it, shows only after
+        # one. Without it a full pool still reads as free, so a VM paused on a full pool
+        # would be resumed into the same wall and placement would trust stale room.
+        try:
+            self._session.call("virStoragePoolRefresh", lambda _c: pool.refresh(0))
+        except (PermanentError, TransientError) as exc:  # e.g. an upload running into it
+            log.info("host %s: pool %s not refreshed: %s", self.name, self._host.pool, exc)
+        listed = self._session.call(
+            "virStoragePoolListAllVolumes", lambda _c: pool.listAllVolumes(0)
+        )
+        _state, capacity, _allocation, available = self._session.call(
+            "virStoragePoolGetInfo", lambda _c: pool.info()
+        )
+        names = tuple(sorted(volume.name() for volume in listed))
+        return names, (int(capacity), int(available))
+
+    def _read_domain(self, dom: Any, seen: Domain) -> Domain | None:
+        """The domain with its owner (None: foreign); None when it vanished meanwhile.
+
+        ``seen`` carries what the bulk stats said (state, reason, size), not the name."""
+        name = dom.name()
+        try:
+            raw = self._session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
+        except NotFoundError:
+            log.debug("host %s: domain %s vanished while listing", self.name, name)
+            return None
+        except PermanentError as exc:
+            # Listed as foreign so its name stays taken and nothing touches it.
+            log.warning(
+                "host %s: cannot read domain %s, treating it as foreign: %s", self.name, name, exc
+            )
+            return replace(seen, name=name)
+        owner = parse_owner(raw)
+        if self._session.tracing:
+            self._session.trace("virDomainGetMetadata", "owner", repr(owner), domain=name)
+        return replace(seen, name=name, owner=owner)
+
+    def ensure_image(self, image: Image, local_file: Path) -> None:
+        try:
+            self._images.ensure(image, local_file)
+        except PermanentError as exc:
+            if NO_SPACE not in str(exc):
+                raise
+            raise PermanentError(
+                f"pool {self._host.pool} on {self.name} is full "
+                f"({self._pool_free_text()} free) uploading image {image.key}: {exc}",
+                host=self.name,
+                rpc=exc.rpc,
+            ) from exc
+
+    def _pool_free_text(self) -> str:
+        try:
+            pool = self._images.pool()
+            info = self._session.call("virStoragePoolGetInfo", lambda _c: pool.info())
+        except HostError:
+            return "unknown space"
+        return f"{int(info[3]) / 2**30:.1f} GiB"
+
+    def create(self, spec: VmSpec) -> None:
+        """Idempotent: an existing domain is only started; overlay reused, seed rebuilt."""
+        existing = self._lookup(spec.domain)
+        if existing is not None:
+            self._start(existing, spec.domain)
+            return
+        images = self._images
+        pool = images.pool()
+        base, _ = images.verified(pool, spec.image, expected=spec.image.sha256)
+        base_path = images.path(base, spec.base_name)
+        overlay = images.volume(pool, spec.overlay_name)
+        if overlay is None:
+            xml = overlay_volume_xml(
+                spec.overlay_name,
+                capacity_gib=spec.machine_type.disk_gib,
+                base_path=base_path,
+                base_format=spec.image.format.value,
+            )
+            self._session.trace(
+                "virStorageVolCreateXML", "volume XML", xml, volume=spec.overlay_name
+            )
+            overlay = self._session.call(
+                "virStorageVolCreateXML",
+                lambda _c: pool.createXML(xml, 0),
+                volume=spec.overlay_name,
+            )
+        seed = images.write(pool, spec.seed_name, seed_iso(spec))
+        xml = domain_xml(
+            spec,
+            disk_path=images.path(overlay, spec.overlay_name),
+            seed_path=images.path(seed, spec.seed_name),
+        )
+        self._session.trace("virDomainDefineXML", "domain XML", xml, domain=spec.domain)
+        dom = self._session.call(
+            "virDomainDefineXML", lambda c: c.defineXML(xml), domain=spec.domain
+        )
+        self._start(dom, spec.domain)
+
+    def start(self, domain: str) -> None:
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        self._start(dom, domain)
+
+    def set_owner(self, domain: str, owner: Owner) -> None:
+        """Rewrite the ownership element with ``virDomainSetMetadata``: persistent, and live too
+        while the domain runs. Only for a domain whose element already names the same
+        fleet, proxy and digest (PermanentError otherwise).
+
+        A domain that starts between the state check and the write may have
+        been started from the definition before it, so the live one is written
+        again; one that stops in between has only the persistent one left.
+        """
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=domain)
+        current = owner_from_domain_xml(xml)
+        if current is None or _identity(current) != _identity(owner):
+            why = (
+                "it carries no proxyfleet metadata"
+                if current is None
+                else f"its metadata names {'/'.join(_identity(current))}"
+            )
+            raise PermanentError(
+                f"refusing to rewrite the owner of domain {domain}: {why}", host=self.name
+            )
+        text = owner_xml(owner)
+        self._session.trace("virDomainSetMetadata", "owner", text, domain=domain)
+        active = self._active(dom, domain)
+        self._set_metadata(dom, domain, text, live=active)
+        if not active and self._active(dom, domain):
+            self._set_metadata(dom, domain, text, live=True)
+        log.info(
+            "host %s: domain %s records protect=%s",
+            self.name,
+            domain,
+            "true" if owner.protect else "false",
+        )
+
+    def delete(self, domain: str) -> None:
+        """Destroy, undefine (NVRAM, managed save), remove overlay and seed. Gone already: fine.
+
+        Refuses a domain without proxyfleet metadata: foreign domains are never touched.
+        """
+        dom = self._lookup(domain)
+        if dom is not None:
+            self._remove_domain(dom, domain)
+        pool = self._images.pool()
+        for volume in vm_volumes(domain):
+            if self._images.delete_volume(pool, volume):
+                log.info("host %s: deleted volume %s", self.name, volume)
+
+    def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
+        """Delete ``volumes`` of ``domain``, a domain that must not exist; returns those deleted.
+
+        Confirmed on the host right before deleting (reconciler.adapters.hypervisor.unusedvolumes):
+        only ``domain``'s overlay and seed names are accepted, no domain of that
+        name exists, and no domain's disk points at any of the volumes. Any
+        doubt is a PermanentError and nothing is deleted. A volume already gone
+        is skipped. Cost: 1 lookup, then see ``remove_unused``.
+        """
+        if self._lookup(domain) is not None:
+            raise PermanentError(
+                f"refusing to remove the volumes of domain {domain}: the domain exists",
+                host=self.name,
+            )
+        return remove_unused(self._session, self._images, domain, volumes)
+
+    def remove_unused_base(self, base: str) -> tuple[str, ...]:
+        """Delete ``base`` and its marker unless a domain's disk chain names it
+        (reconciler.adapters.hypervisor.unusedvolumes); empty when it is still in use."""
+        return remove_unused_base(self._session, self._images, base)
+
+    def addresses(self, domain: str) -> tuple[str, ...]:
+        """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""
+        dom = self._lookup(domain)
+        if dom is None:
+            raise NotFoundError(
+                f"domain {domain} does not exist", host=self.name, rpc="virDomainLookupByName"
+            )
+        if not self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+            return ()
+        for source, flag in ADDRESS_SOURCES:
+            try:
+                found = self._session.call(
+                    "virDomainInterfaceAddresses",
+                    _interface_addresses(dom, flag),
+                    domain=domain,
+                    source=source,
+                )
+            except (PermanentError, TransientError) as exc:
+                if isinstance(exc, TransientError) and exc.code not in AGENT_CODES:
+                    raise
+                log.debug(
+                    "host %s: %s addresses of %s unavailable: %s", self.name, source, domain, exc
+                )
+                if source == "arp" and isinstance(exc, PermanentError):
+                    ips = self._host_arp(dom, domain)
+                    if ips:
+                        return ips
+                continue
+            ips = usable_ipv4(found)
+            self._session.trace(
+                "virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain
+            )
+            if ips:
+                return ips
+        return ()
+
+    def host_check(
+        self, *, need_uefi: bool = True, need: Need | None = None, kvm_probe: bool = True
+    ) -> HostReport:
+        """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError.
+        ``kvm_probe`` boots a throw-away guest to see whether KVM works (seconds)."""
+        return check_host(
+            self._session,
+            self._images,
+            need_uefi=need_uefi,
+            need=need or Need(),
+            kvm_probe=kvm_probe,
+        )
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _host_arp(self, dom: Any, domain: str) -> tuple[str, ...]:
+        """The domain's IPv4 from the host's /proc/net/arp, for when libvirt's own ARP
+        reader fails (reconciler.adapters.hypervisor.neighbours)."""
+        xml = self._session.call("virDomainGetXMLDesc", lambda _c: dom.XMLDesc(0), domain=domain)
+        macs = interface_macs(xml)
+        table = self._session.read_host_file(ARP_TABLE) if macs else None
+        ips = arp_ipv4(table, macs) if table is not None else ()
+        if ips:
+            log.debug(
+                "host %s: address of %s from the host's ARP table: %s",
+                self.name,
+                domain,
+                ", ".join(ips),
+            )
+        return ips
+
+    def _lookup(self, domain: str) -> Any | None:
+        try:
+            return self._session.call(
+                "virDomainLookupByName", lambda c: c.lookupByName(domain), domain=domain
+            )
+        except NotFoundError:
+            return None
+
+    def _active(self, dom: Any, domain: str) -> bool:
+        return bool(
+            self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain)
+        )
+
+    def _set_metadata(self, dom: Any, domain: str, text: str, *, live: bool) -> None:
+        flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        if live:
+            flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+        try:
+            self._session.call(
+                "virDomainSetMetadata",
+                _owner_metadata(dom, text, flags),
+                domain=domain,
+                flags=flags,
+            )
+        except PermanentError as exc:
+            if not live or exc.code != libvirt.VIR_ERR_OPERATION_INVALID:
+                raise
+            log.info(
+                "host %s: domain %s stopped meanwhile; writing its definition", self.name, domain
+            )
+            self._set_metadata(dom, domain, text, live=False)
+
+    def _start(self, dom: Any, domain: str) -> None:
+        state, _reason = self._session.call(
+            "virDomainGetState", lambda _c: dom.state(), domain=domain
+        )
+        if state == libvirt.VIR_DOMAIN_PAUSED:  # paused by the hypervisor (I/O error): resume
+            self._session.call("virDomainResume", lambda _c: dom.resume(), domain=domain)
+            log.info("host %s: resumed paused domain %s", self.name, domain)
+            return
+        if state == libvirt.VIR_DOMAIN_CRASHED:  # kept by on_crash=preserve: destroy, then start
+            self._session.call("virDomainDestroy", lambda _c: dom.destroy(), domain=domain)
+            log.info("host %s: destroyed crashed domain %s before starting it", self.name, domain)
+        elif state != libvirt.VIR_DOMAIN_SHUTOFF:
+            return
+        self._session.call("virDomainCreate", lambda _c: dom.create(), domain=domain)
+        log.info("host %s: started domain %s", self.name, domain)
+
+    def _remove_domain(self, dom: Any, domain: str) -> None:
+        try:
+            xml = self._session.call("virDomainGetXMLDesc", xml_of(dom), domain=domain)
+            owner = owner_from_domain_xml(xml)
+            if owner is None:
+                raise PermanentError(
+                    f"refusing to delete domain {domain}: it carries no proxyfleet metadata",
+                    host=self.name,
+                )
+            if self._fleet is not None and owner.fleet != self._fleet:
+                raise PermanentError(
+                    f"refusing to delete domain {domain}: it belongs to fleet {owner.fleet!r}, "
+                    f"not {self._fleet!r}",
+                    host=self.name,
+                )
+            if self._session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
+                self._tolerate_gone(
+                    lambda: self._session.call(
+                        "virDomainDestroy", lambda _c: dom.destroy(), domain=domain
+                    )
+                )
+            self._undefine(dom, domain)
+        except NotFoundError:
+            log.debug("host %s: domain %s vanished while deleting", self.name, domain)
+            return
+        log.info("host %s: deleted domain %s", self.name, domain)
+
+    def _undefine(self, dom: Any, domain: str) -> None:
+        """With NVRAM removal; drivers that refuse the flag get the plainer forms."""
+        attempts = (UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM, UNDEFINE_FLAGS, 0)
+        for flags in attempts:
+            try:
+                self._session.call(
+                    "virDomainUndefineFlags",
+                    _undefine_flags(dom, flags),
+                    domain=domain,
+                    flags=flags,
+                )
+                return
+            except PermanentError as exc:
+                if exc.code not in REFUSED_FLAG_CODES or flags == 0:
+                    raise
+                log.info(
+                    "host %s: undefine flags %#x refused (%s); trying fewer",
+                    self.name,
+                    flags,
+                    exc.code_name,
+                )
+
+    def _tolerate_gone(self, action: Any) -> None:
+        """Destroying a domain that stopped meanwhile is fine."""
+        try:
+            action()
+        except PermanentError as exc:
+            if exc.code != libvirt.VIR_ERR_OPERATION_INVALID:
+                raise
+
+
+def _observed(values: dict[str, Any]) -> Domain:
+    """State, failure reason and (when running) vCPUs and memory from one domain's stats."""
+    raw_state = values.get("state.state", -1)
+    state = STATES.get(raw_state, DomainState.OTHER)
+    reason = FAILURE_REASONS.get((raw_state, values.get("state.reason", -1)), "")
+    vcpus = values.get("vcpu.current") if state is DomainState.RUNNING else None
+    sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
+    known = [int(v) for v in sizes if isinstance(v, int)]
+    # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
+    memory = min(known) // 1024 if known and state is DomainState.RUNNING else None
+    return Domain(
+        name="",
+        state=state,
+        reason=reason,
+        vcpus=vcpus if isinstance(vcpus, int) else None,
+        memory_mib=memory,
+    )
+
+
+def _interface_addresses(dom: Any, source: int) -> Callable[[Any], dict[str, Any]]:
+    def call(_conn: Any) -> dict[str, Any]:
+        found: dict[str, Any] = dom.interfaceAddresses(source, 0) or {}
+        return found
+
+    return call
+
+
+def _owner_of(dom: Any) -> Callable[[Any], str | None]:
+    """Our metadata element of ``dom`` as libvirt returns it; None when it has none (foreign)."""
+
+    def call(_conn: Any) -> str | None:
+        try:
+            text: str = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE, 0)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+                return None
+            raise
+        return text
+
+    return call
+
+
+def _owner_metadata(dom: Any, text: str, flags: int) -> Callable[[Any], None]:
+    """The bare element: libvirt adds the namespace (PREFIX, NAMESPACE) itself."""
+
+    def call(_conn: Any) -> None:
+        dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, text, PREFIX, NAMESPACE, flags)
+
+    return call
+
+
+def _identity(owner: Owner) -> tuple[str, str, str]:
+    """What makes a VM this VM: a relabel may change anything else, never these."""
+    return (owner.fleet, owner.proxy, owner.digest)
+
+
+def _undefine_flags(dom: Any, flags: int) -> Callable[[Any], None]:
+    def call(_conn: Any) -> None:
+        dom.undefineFlags(flags)
+
+    return call
+
+
+def usable_ipv4(found: dict[str, Any]) -> tuple[str, ...]:
+    """IPv4 addresses of non-loopback interfaces; loopback and link-local dropped."""
+    ips: list[str] = []
+    for ifname, info in sorted(found.items()):
+        if ifname == "lo":
+            continue
+        for entry in info.get("addrs") or ():
+            if entry.get("type") != libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(entry.get("addr", ""))
+            except ValueError:
+                continue
+            if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+                continue
+            if str(ip) not in ips:
+                ips.append(str(ip))
+    return tuple(ips)
+
+
+def interface_macs(xml: str) -> tuple[str, ...]:
+    """The MAC addresses of a domain's interfaces, from its XML."""
+    macs = ET.fromstring(xml).findall("./devices/interface/mac")
+    return tuple(mac.get("address", "") for mac in macs if mac.get("address"))

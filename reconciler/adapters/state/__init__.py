@@ -1,0 +1,1 @@
+"""The daemon's local state dir: what earlier runs saw (history.json)."""

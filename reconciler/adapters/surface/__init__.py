@@ -1,0 +1,1 @@
+"""The daemon's surface: HTTP endpoint, Prometheus metrics, sd_notify, the probe through a proxy."""

@@ -1,0 +1,218 @@
+"""JSON-Schema validation of YAML documents, errors pinned to file and line.
+
+The schemas in ``schemas/`` are the only statement of the manifests' shape:
+this module loads them, runs jsonschema (draft 2020-12) over a document's
+plain values and turns each validation error into a ``Problem`` at the line
+and column of the offending node, in words an operator can act on. A schema
+may carry ``x-message`` next to a ``pattern`` (or on a field whose type needs
+explaining); it replaces the generic wording.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator, ValidationError
+
+from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
+from reconciler.errors import Problem
+
+SCHEMA_FILES = {"Fleet": "fleet.schema.json", "Proxy": "proxy.schema.json"}
+"""Schema file of each manifest kind, in the ``schemas/`` directory shipped with the package."""
+
+SECRET_FIELDS: tuple[FieldPath, ...] = (("spec", "cloudInit"),)
+"""Fields whose values may carry secrets (passwords in userData): an error below one of
+them names the field and the kind of value, never the value itself."""
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true or false)",
+    "object": "a mapping",
+    "array": "a list",
+    "null": "nothing",
+}
+
+
+@cache
+def schema(kind: str) -> dict[str, Any]:
+    """The parsed JSON Schema of a manifest kind (``Fleet`` or ``Proxy``)."""
+    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILES[kind]).read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def _validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(schema(kind))
+
+
+def suggest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (case-insensitive), if any is close."""
+    by_folded = {choice.lower(): choice for choice in choices}
+    match = difflib.get_close_matches(word.lower(), list(by_folded), n=1, cutoff=0.6)
+    return by_folded[match[0]] if match else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` or ''."""
+    best = suggest(word, choices)
+    return f" (did you mean '{best}'?)" if best else ""
+
+
+def check(document: Document, kind: str) -> list[Problem]:
+    """Every schema problem of ``document`` validated as ``kind``."""
+    errors = list(_validator(kind).iter_errors(document.data))
+    # "unknown field 'imgae' (did you mean 'image'?)" already says image is missing.
+    suggested: set[FieldPath] = set()
+    for error in errors:
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = _properties(error)
+            for key in error.instance:
+                best = None if key in allowed else suggest(key, allowed)
+                if best:
+                    suggested.add((*error.absolute_path, best))
+    found: set[Problem] = set(_non_finite(document, document.data, ()))
+    said = {p.field for p in found}
+    for error in errors:
+        if format_path(tuple(error.absolute_path)) not in said:
+            found.update(_problems(error, document, suggested))
+    return sorted(found, key=lambda p: (p.line, p.column, p.field, p.message))
+
+
+def _non_finite(document: Document, value: Any, path: FieldPath) -> Iterator[Problem]:
+    """``.nan`` and ``.inf`` slip past ``minimum``/``maximum`` (every comparison with NaN is
+    False); no field of a manifest means either."""
+    if isinstance(value, float) and not math.isfinite(value):
+        message = "must be a finite number (.inf and .nan are not accepted)"
+        yield _problem(document, document.value_mark(path), path, message)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(document, item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite(document, item, (*path, index))
+
+
+def _problem(document: Document, mark: Mark, path: FieldPath, message: str) -> Problem:
+    return Problem(document.file, mark.line, mark.column, format_path(path), message)
+
+
+def _properties(error: ValidationError) -> list[str]:
+    sub = error.schema if isinstance(error.schema, dict) else {}
+    return sorted(sub.get("properties", {}))
+
+
+def _problems(
+    error: ValidationError, document: Document, suggested: set[FieldPath]
+) -> Iterator[Problem]:
+    path: FieldPath = tuple(error.absolute_path)
+    sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    hint = sub.get("x-message")
+    instance = error.instance
+    if "propertyNames" in error.absolute_schema_path:
+        child = (*path, str(instance))
+        message = f"invalid name: {hint}" if hint else f"invalid name: {error.message}"
+        yield _problem(document, document.key_mark(child), child, message)
+    elif error.validator == "required" and isinstance(instance, dict):
+        for name in _strings(error.validator_value):
+            child = (*path, name)
+            if name not in instance and child not in suggested:
+                mark = document.key_mark(path)
+                yield _problem(document, mark, child, "required field is missing")
+    elif error.validator == "additionalProperties" and isinstance(instance, dict):
+        allowed = _properties(error)
+        for key in instance:
+            if key not in allowed:
+                child = (*path, key)
+                yield _problem(document, document.key_mark(child), child, _unknown(key, allowed))
+    elif error.validator in ("minProperties", "maxProperties"):
+        message = hint or error.message
+        yield _problem(document, document.key_mark(path), path, message)
+    elif _secret(path):
+        message = _describe_secret(error, sub, hint)
+        yield _problem(document, document.value_mark(path), path, message)
+    else:
+        yield _problem(document, document.value_mark(path), path, _describe(error, sub, hint))
+
+
+def _secret(path: FieldPath) -> bool:
+    return any(path[: len(prefix)] == prefix for prefix in SECRET_FIELDS)
+
+
+def _describe_secret(error: ValidationError, sub: dict[str, Any], hint: str | None) -> str:
+    """Like ``_describe``, without the value: it may be a password."""
+    got = _kind_of(error.instance, show=False)
+    if error.validator == "type":
+        if hint:
+            return f"{hint} (got {got})"
+        expected = " or ".join(_TYPE_NAMES.get(t, t) for t in _strings(error.validator_value))
+        return f"expected {expected}, got {got}"
+    return f"{hint or 'invalid value'} (the value is not shown: this field may hold secrets)"
+
+
+def _unknown(key: str, allowed: Sequence[str]) -> str:
+    best = suggest(key, allowed)
+    if best:
+        return f"unknown field (did you mean '{best}'?)"
+    return "unknown field; allowed here: " + ", ".join(allowed)
+
+
+def _describe(error: ValidationError, sub: dict[str, Any], hint: str | None) -> str:
+    instance = error.instance
+    value = error.validator_value
+    got = _kind_of(instance)
+    if error.validator == "type":
+        if hint and "pattern" not in sub:
+            return f"{hint} (got {got})"
+        expected = " or ".join(_TYPE_NAMES.get(t, t) for t in _strings(value))
+        return f"expected {expected}, got {got}"
+    if error.validator == "pattern":
+        return f"{hint} (got {instance!r})" if hint else f"must match {value} (got {instance!r})"
+    if error.validator == "enum":
+        choices = _strings(value)
+        suggestion = did_you_mean(str(instance), choices)
+        return f"must be one of {', '.join(choices)} (got {instance!r}){suggestion}"
+    if error.validator == "const":
+        return f"must be {value!r} (got {instance!r})"
+    if error.validator == "minimum":
+        return f"must be at least {value} (got {instance!r})"
+    if error.validator == "maximum":
+        return f"must be at most {value} (got {instance!r})"
+    if error.validator == "exclusiveMinimum":
+        return f"must be greater than {value} (got {instance!r})"
+    return hint or error.message
+
+
+def _kind_of(instance: object, *, show: bool = True) -> str:
+    if isinstance(instance, bool):
+        return f"a boolean ({str(instance).lower()})"
+    if isinstance(instance, int):
+        return f"an integer ({instance})" if show else "an integer"
+    if isinstance(instance, float):
+        return f"a number ({instance})" if show else "a number"
+    if isinstance(instance, str) and not show:
+        return "a string (not shown)"
+    if isinstance(instance, str):
+        shown = instance if len(instance) <= 40 else instance[:37] + "..."
+        return f"a string ({shown!r})"
+    if isinstance(instance, dict):
+        return "a mapping"
+    if isinstance(instance, list):
+        return "a list"
+    return "nothing (null)"
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return []

@@ -1,0 +1,1 @@
+"""Stage 2, plan: desired state + inventory + history -> Plan. Pure."""

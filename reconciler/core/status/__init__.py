@@ -1,0 +1,1 @@
+"""Stage 4, status: the status document and STATUS.md built from a RunReport. Pure."""
