@@ -144,7 +144,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="proxyfleet-soak-") as tmp:
         daemon, host = build(Path(tmp))
-        daemon.http.start()
+        http = daemon.http
+        assert http is not None  # built with its endpoint (serve_http)
+        http.start()
         try:
             started = time.monotonic()
             for n in range(1, args.cycles + 1):
@@ -157,7 +159,7 @@ def main() -> None:
             elapsed = time.monotonic() - started
             end_rss, end_fds = rss_kib(), descriptors()  # the listener still open, as at warm-up
         finally:
-            daemon.http.stop()
+            http.stop()
         print(
             f"cycles: {args.cycles} in {elapsed:.1f} s ({elapsed / args.cycles * 1000:.0f} ms each)"
         )

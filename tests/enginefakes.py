@@ -102,9 +102,14 @@ class Fetched:
     sha256: str
 
 
+IMAGE_BYTES = 345 * 2**20
+"""What every fake image weighs: an operator's cloud image."""
+
+
 class FakeImages:
     def __init__(self, failures: list[Exception] | None = None) -> None:
         self.calls: list[str] = []
+        self.sized: list[str] = []
         self.failures = list(failures or [])
         self._lock = threading.Lock()
 
@@ -114,6 +119,11 @@ class FakeImages:
             if self.failures:
                 raise self.failures.pop(0)
         return Fetched(Path(f"/cache/{image.key}"), "ab" * 32)
+
+    def size(self, image: Image) -> int | None:
+        with self._lock:
+            self.sized.append(image.key)
+        return IMAGE_BYTES
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ The subject of the tests that start it is the lock: every mutating call that get
 fence is appended to the shared ``log`` as ``<unix time> <box> <method> <target>``, so that
 a test can tell who acted when; ``createSeconds`` makes each create take that long (a
 create in flight to be killed). CONFIG keys: box, repoUrl, stateDir, coordinationUrl
-("" for the file lock), ttl, port, log, createSeconds.
+("" for the file lock), ttl, port, log, createSeconds; for several fleets, ``fleets``
+(a list of {fleet, repoUrl}) instead of repoUrl, and ``member`` (the ring member name);
+the log's target is then ``<host>:<target>`` so that each line names its fleet's host.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from reconciler.model import Host
 from reconciler.model.settings import (
     CoordinationSettings,
     DaemonSettings,
+    FleetSettings,
     ListenSettings,
     RepoSettings,
 )
@@ -54,12 +57,14 @@ def main(config_file: Path) -> int:
     )
     log_path = Path(config["log"])
     create_seconds = float(config.get("createSeconds", 0))
+    several = "fleets" in config
     hosts: dict[str, FakeHypervisor] = {}
     numbers = itertools.count(10)
 
-    def record(call: Call) -> None:
+    def record(call: Call, host: str) -> None:
         if call.method in MUTATING:
-            line = f"{time.time():.3f} {box} {call.method} {call.target}\n"
+            target = f"{host}:{call.target}" if several else call.target
+            line = f"{time.time():.3f} {box} {call.method} {target}\n"
             fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line.encode())
@@ -73,7 +78,7 @@ def main(config_file: Path) -> int:
             fake = FakeHypervisor(host.name)
 
             def on_call(call: Call, fake: FakeHypervisor = fake) -> None:
-                record(call)
+                record(call, fake.name)
                 if call.method == "create" and call.target not in fake.addresses_of:
                     fake.addresses_of[call.target] = (f"198.51.100.{next(numbers)}",)
 
@@ -84,11 +89,19 @@ def main(config_file: Path) -> int:
     state = Path(config["stateDir"])
     ttl = float(config.get("ttl", 20))
     settings = DaemonSettings(
-        repo=RepoSettings(url=str(config["repoUrl"])),
+        repo=RepoSettings(url=str(config.get("repoUrl", ""))),
         interval=3600,
         listen=ListenSettings("127.0.0.1", int(config["port"])),
-        coordination=CoordinationSettings(url=str(config.get("coordinationUrl", "")), ttl=ttl),
+        coordination=CoordinationSettings(
+            url=str(config.get("coordinationUrl", "")),
+            ttl=ttl,
+            member=str(config.get("member", "")),
+        ),
         state_dir=state,
+        fleets=tuple(
+            FleetSettings(fleet=str(f["fleet"]), repo=RepoSettings(url=str(f["repoUrl"])))
+            for f in config.get("fleets", ())
+        ),
     )
     locks = ToozLocks(
         settings.coordination.url or default_url(state),

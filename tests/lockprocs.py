@@ -23,7 +23,7 @@ FLEET = """\
 apiVersion: proxyfleet/v1
 kind: Fleet
 metadata:
-  name: home
+  name: FLEETNAME
 spec:
   images:
     debian-12:
@@ -61,17 +61,23 @@ spec:
 """
 
 
-def fleet_files(proxies: int, *, hosts: bool = True) -> dict[str, str]:
-    fleet = FLEET.replace("HOSTS", HOST if hosts else "    []\n")
+def fleet_files(
+    proxies: int, *, hosts: bool = True, name: str = "home", host: str = "kvm01"
+) -> dict[str, str]:
+    fleet = FLEET.replace("FLEETNAME", name).replace(
+        "HOSTS", HOST.replace("kvm01", host) if hosts else "    []\n"
+    )
     if not hosts:
         fleet = fleet.replace("  hosts:\n    []\n", "  hosts: []\n")
     text = "".join(PROXY.replace("NAME", f"web-{i}") for i in range(1, proxies + 1))
     return {"fleet.yaml": fleet, "proxies.yaml": text or "# none\n"}
 
 
-def fleet_remote(tmp: Path, proxies: int, *, hosts: bool = True) -> Remote:
+def fleet_remote(
+    tmp: Path, proxies: int, *, hosts: bool = True, name: str = "home", host: str = "kvm01"
+) -> Remote:
     remote = make_remote(tmp)
-    remote.commit(fleet_files(proxies, hosts=hosts), f"{proxies} proxies")
+    remote.commit(fleet_files(proxies, hosts=hosts, name=name, host=host), f"{proxies} proxies")
     return remote
 
 
@@ -98,6 +104,21 @@ class DaemonProc:
 
     def stands_by(self) -> bool:
         return self.health().startswith("standby:")
+
+    def roles(self) -> dict[str, str]:
+        """A daemon of several fleets: fleet -> "leader", "standby" or "stale", from the
+        per-fleet lines of /healthz ({} when it does not answer)."""
+        found = {}
+        for line in self.health().splitlines()[1:]:
+            fleet, _, text = line.partition(": ")
+            found[fleet] = (
+                "leader"
+                if text.startswith("ok: leader")
+                else "standby"
+                if text.startswith("standby:")
+                else "stale"
+            )
+        return found
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -137,10 +158,14 @@ def start_daemon(
     ttl: float = 6,
     create_seconds: float = 0.0,
     state_dir: Path | None = None,
+    fleets: dict[str, str] | None = None,
+    member: str = "",
 ) -> DaemonProc:
+    """``fleets`` (fleet id -> repo URL) instead of ``repo_url``: a daemon of several fleets,
+    named ``member`` on the ring."""
     port = free_port()
     state = state_dir if state_dir is not None else tmp / f"state-{box}"
-    config = {
+    config: dict[str, object] = {
         "box": box,
         "repoUrl": repo_url,
         "stateDir": str(state),
@@ -150,6 +175,9 @@ def start_daemon(
         "log": str(log),
         "createSeconds": create_seconds,
     }
+    if fleets is not None:
+        config["fleets"] = [{"fleet": f, "repoUrl": url} for f, url in fleets.items()]
+        config["member"] = member or box
     config_file = tmp / f"{box}.json"
     config_file.write_text(json.dumps(config))
     stderr = tmp / f"{box}.stderr"
@@ -172,3 +200,30 @@ def mutations(log: Path) -> list[tuple[float, str, str, str]]:
         when, box, method, target = [*line.split(" ", 3), ""][:4]
         rows.append((float(when), box, method, target))
     return sorted(rows)
+
+
+def fleet_remotes(tmp: Path, fleets: list[str], proxies: int) -> dict[str, str]:
+    """A remote per fleet (``proxies`` proxies each, host ``kvm-<fleet>``): fleet -> URL."""
+    urls = {}
+    for fleet in fleets:
+        (tmp / fleet).mkdir()
+        urls[fleet] = fleet_remote(tmp / fleet, proxies, name=fleet, host=f"kvm-{fleet}").url
+    return urls
+
+
+def leaders_by_fleet(daemons: list[DaemonProc]) -> dict[str, list[str]]:
+    """fleet -> the boxes whose /healthz says they lead it now (live daemons only)."""
+    found: dict[str, list[str]] = {}
+    for d in daemons:
+        if not d.alive():
+            continue
+        for fleet, role in d.roles().items():
+            found.setdefault(fleet, [])
+            if role == "leader":
+                found[fleet].append(d.box)
+    return found
+
+
+def fleet_of(target: str) -> str:
+    """The fleet of a mutation logged by a daemon of several fleets (host ``kvm-<fleet>``)."""
+    return target.split(":", 1)[0].removeprefix("kvm-")

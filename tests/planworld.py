@@ -31,6 +31,7 @@ their input through here, so a case reads like the situation it describes
         - {baseOf: debian, sha256: cdcd...}       # the same for another sha256 (64 hex)
         - {capacity: {cpus: 4, memoryMiB: 8192, poolFreeGiB: 20}}  # what the host has
       kvm02: unreachable
+    baseSizes: {debian: 0.3}      # GiB each base of fleet.yaml's image takes (unlisted: unknown)
     history:                      # what earlier runs saw (day-2 rules), all optional
       vms:                        # by domain name on any host, or by proxy (its VM)
         web-1: {failingFor: 1000, healthyOnce: true, restarts: 2}
@@ -93,7 +94,7 @@ from reconciler.model import (
 )
 from reconciler.model.fleet import RESTARTED_AT, Amount, DomainType, Overcommit, Rollout
 from reconciler.model.history import Halt, History, VmRecord
-from reconciler.model.inventory import Capacity
+from reconciler.model.inventory import BaseSize, Capacity
 from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, Replace
 from reconciler.model.vm import base_marker_name, base_volume_name, vm_volumes
 
@@ -226,7 +227,9 @@ def desired_digest(repo: Repo, proxy_name: str, host_name: str) -> str:
     return proxy_digest(proxy, host, image=image, machine_type=machine_type)
 
 
-def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
+def build_inventory(
+    repo: Repo, raw: Mapping[str, Any] | None, base_sizes: Mapping[str, float] | None = None
+) -> Inventory:
     hosts = []
     for host_name, domains in (raw or {}).items():
         if domains == "unreachable":
@@ -245,7 +248,16 @@ def build_inventory(repo: Repo, raw: Mapping[str, Any] | None) -> Inventory:
                 capacity=capacity,
             )
         )
-    return Inventory(hosts=tuple(hosts))
+    return Inventory(hosts=tuple(hosts), base_sizes=_base_sizes(repo, base_sizes or {}))
+
+
+def _base_sizes(repo: Repo, raw: Mapping[str, float]) -> tuple[BaseSize, ...]:
+    sizes = []
+    for key, gib in raw.items():
+        image = resolve_image(repo.fleet, key)
+        assert image is not None, f"no image {key} in the case"
+        sizes.append(BaseSize(base_volume_name(image), int(gib * 2**30)))
+    return tuple(sizes)
 
 
 def _capacity(raw: Mapping[str, Any]) -> Capacity:
@@ -379,11 +391,12 @@ def apply_plan(
             assert host is not None and a.domain not in host
             assert set(a.volumes) <= volumes[a.host or ""], "a cleanup of volumes not there"
             volumes[a.host or ""] -= set(a.volumes)
-    return Inventory(
+    return dataclasses.replace(
+        inventory,
         hosts=tuple(
             dataclasses.replace(
                 h, domains=tuple(hosts[h.name].values()), volumes=tuple(sorted(volumes[h.name]))
             )
             for h in inventory.hosts
-        )
+        ),
     )

@@ -162,3 +162,33 @@ def test_a_daemon_that_stands_by_drops_its_picture_of_hosts_and_proxies() -> Non
     assert "proxyfleet_blocked_actions{" not in after
     assert 'proxyfleet_condition{condition="Ready"} 0.0' in after
     assert 'proxyfleet_leader{fleet="home"} 0.0' in after
+
+
+def test_a_run_during_which_the_lock_went_writes_no_status(tmp_path: Path) -> None:
+    backend = FakeLockBackend()
+    leadership = Leadership(FakeLocks(backend, Holder("box-a", 100, "daemon")), poll=0.05)
+    runs: list[str] = []
+
+    def reconcile(root: Path, revision: str) -> RunReport:
+        runs.append(revision)
+        if len(runs) == 2:
+            backend.lose("home")  # mid-run: a lease that ran out, or a hand-over
+        return report(revision=revision)
+
+    status = MemoryStatusSink()
+    daemon = Daemon(
+        DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0)),
+        source_cycle(FakeSource(fleet_repo(tmp_path)), reconcile, leadership=leadership),
+        metrics=Metrics(),
+        status=status,
+        handle_signals=False,
+        leadership=leadership,
+        serve_http=False,
+    )
+    daemon.run_once(("first",))
+    assert len(status.documents) == 1
+
+    daemon.run_once(("second",))
+
+    assert len(runs) == 2
+    assert len(status.documents) == 1

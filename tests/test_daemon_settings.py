@@ -108,7 +108,9 @@ def test_verify_commits_needs_an_allowed_signers_file() -> None:
 
 
 def test_a_missing_repo_and_bad_yaml_are_errors() -> None:
-    assert errors("interval: 60\n") == ["proxyfleet.yaml:1:1: missing required field 'repo'"]
+    assert errors("interval: 60\n") == [
+        "proxyfleet.yaml:1:1: missing required field 'repo' (or 'fleets')"
+    ]
     assert errors("repo:\n\turl: x\n")[0].startswith("proxyfleet.yaml:2:")
     assert errors("- a\n- b\n") == ["proxyfleet.yaml:1:1: the config must be one YAML mapping"]
 
@@ -167,3 +169,50 @@ def test_a_coordination_url_no_backend_serves_or_a_tiny_ttl_is_refused_with_its_
     )
     assert found[0].startswith("proxyfleet.yaml:4:3: coordination.url: 'redis://cache:6379'")
     assert found[1].startswith("proxyfleet.yaml:5:3: coordination.ttlSeconds: 1 is less than")
+
+
+SEVERAL = """\
+fleets:
+  - fleet: home
+    repo: {url: ./home}
+  - fleet: office
+    repo: {url: git@git.example.org:infra/office.git, branch: prod}
+    status: {branch: office-status}
+coordination: {url: "etcd3+http://127.0.0.1:23790", member: mgmt1}
+stateDir: /var/lib/pf
+"""
+
+
+def test_several_fleets_each_get_a_one_fleet_config_with_a_state_dir_of_their_own() -> None:
+    settings = parse(SEVERAL)
+    home, office = settings.per_fleet()
+
+    assert (home.fleet, home.repo.url, home.repo.branch) == ("home", "/etc/proxyfleet/home", "main")
+    assert (office.fleet, office.repo.branch, office.status.branch) == (
+        "office",
+        "prod",
+        "office-status",
+    )
+    assert home.state_dir == Path("/var/lib/pf/fleets/home")
+    assert office.state_dir == Path("/var/lib/pf/fleets/office")
+    assert home.coordination == office.coordination == settings.coordination
+    assert settings.coordination.member == "mgmt1"
+
+
+def test_the_single_fleet_form_means_what_it_meant() -> None:
+    settings = parse("repo:\n  url: /srv/fleet\nfleet: home\n")
+    assert settings.fleets == ()
+    assert settings.per_fleet() == (settings,)
+
+
+def test_fleets_exclude_the_single_fleet_fields_and_name_each_fleet_once() -> None:
+    found = errors(
+        "repo: {url: /srv/a}\nfleets:\n  - fleet: a\n    repo: {url: /srv/a}\n"
+        "  - fleet: a\n    repo: {url: /srv/b}\n  - repo: {url: /srv/c}\n"
+    )
+    assert found == [
+        "proxyfleet.yaml:1:1: repo: not allowed beside 'fleets': give each fleet its own under "
+        "fleets[]",
+        "proxyfleet.yaml:5:5: fleets[1].fleet: fleet 'a' is listed twice",
+        "proxyfleet.yaml:7:5: fleets[2]: missing required field 'fleet'",
+    ]

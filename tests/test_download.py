@@ -42,6 +42,15 @@ def server() -> Iterator[Server]:
     state = Server(base="")
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            state.hits[f"HEAD {self.path}"] = state.hits.get(f"HEAD {self.path}", 0) + 1
+            status, body, headers = state.routes.get(self.path, (404, b"nope", {}))
+            self.send_response(status)
+            length = headers.get("Content-Length", str(len(body)))
+            if length:
+                self.send_header("Content-Length", length)
+            self.end_headers()
+
         def do_GET(self) -> None:
             state.hits[self.path] = state.hits.get(self.path, 0) + 1
             status, body, headers = state.routes.get(self.path, (404, b"nope", {}))
@@ -417,3 +426,61 @@ def test_stale_partial_downloads_are_swept(tmp_path: Path, server: Server) -> No
     server.routes["/d.qcow2"] = (200, PAYLOAD, {})
     ImageCache(root).fetch(image(server.url("/d.qcow2")))
     assert not stale.exists() and fresh.exists()
+
+
+def test_the_size_of_a_cached_image_is_its_verified_copys_without_a_request(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    wanted = image(server.url("/d.qcow2"), PAYLOAD_SHA)
+    cache.fetch(wanted)
+    server.routes["/d.qcow2"] = (200, b"", {"Content-Length": "99"})  # a HEAD would say 99
+    assert cache.size(wanted) == len(PAYLOAD)
+    assert server.hits == {"/d.qcow2": 1}
+
+
+def test_the_size_of_an_image_not_cached_is_asked_with_one_head_and_nothing_is_downloaded(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    assert cache.size(image(server.url("/d.qcow2"), PAYLOAD_SHA)) == len(PAYLOAD)
+    assert server.hits == {"HEAD /d.qcow2": 1}
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_cached_copy_of_another_checksum_does_not_tell_the_size(
+    tmp_path: Path, server: Server
+) -> None:
+    server.routes["/d.qcow2"] = (200, PAYLOAD, {})
+    cache = ImageCache(tmp_path / "cache")
+    cache.fetch(image(server.url("/d.qcow2")))
+    server.routes["/d.qcow2"] = (200, b"", {"Content-Length": "4096"})
+    assert cache.size(image(server.url("/d.qcow2"), WRONG_SHA)) == 4096
+    assert server.hits["HEAD /d.qcow2"] == 1
+
+
+def test_the_size_of_a_file_url_is_the_files(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "image.qcow2"
+    source.parent.mkdir()
+    source.write_bytes(PAYLOAD)
+    cache = ImageCache(tmp_path / "cache", allowed_file_dirs=[source.parent])
+    assert cache.size(image(source.as_uri())) == len(PAYLOAD)
+    assert visible_files(tmp_path / "cache") == []
+
+
+def test_a_size_nobody_tells_is_none_never_zero(tmp_path: Path, server: Server) -> None:
+    import socket
+
+    server.routes["/chunked"] = (200, PAYLOAD, {"Content-Length": ""})
+    cache = ImageCache(tmp_path / "cache", timeout=2, allowed_file_dirs=[tmp_path / "src"])
+    assert cache.size(image(server.url("/chunked"))) is None
+    assert cache.size(image(server.url("/missing"))) is None
+    assert cache.size(image((tmp_path / "src" / "missing.qcow2").as_uri())) is None
+    assert cache.size(image((tmp_path / "elsewhere.qcow2").as_uri())) is None  # not allowed
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert cache.size(image(f"http://127.0.0.1:{port}/d")) is None
+    assert visible_files(tmp_path / "cache") == []

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from reconciler.core.load.inventory import dump_inventory, load_inventory, parse_inventory
 from reconciler.errors import InvalidInput
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
-from reconciler.model.inventory import Capacity
+from reconciler.model.inventory import BaseSize, Capacity
+
+ROOT = Path(__file__).resolve().parent.parent
 
 INVENTORY = Inventory(
     hosts=(
@@ -158,3 +163,50 @@ def test_a_missing_file_is_invalid_input_naming_the_file(tmp_path: Path) -> None
     with pytest.raises(InvalidInput) as caught:
         load_inventory(tmp_path / "nope.json")
     assert caught.value.problems[0].file.endswith("nope.json")
+
+
+def test_base_sizes_survive_a_round_trip_and_are_written_by_volume_name() -> None:
+    sized = dataclasses.replace(
+        INVENTORY,
+        base_sizes=(
+            BaseSize("base-debian-abababababab.qcow2", 361758720),
+            BaseSize("base-alpine.raw", 0),
+        ),
+    )
+    text = dump_inventory(sized)
+    assert json.loads(text)["baseSizes"] == {
+        "base-debian-abababababab.qcow2": 361758720,
+        "base-alpine.raw": 0,
+    }
+    parsed = parse_inventory(text, file="inv.json")
+    assert parsed.base_size("base-debian-abababababab.qcow2") == 361758720
+    assert parsed.base_size("base-alpine.raw") == 0
+    assert parsed.base_size("base-other.qcow2") is None
+    assert parsed.hosts == INVENTORY.hosts
+
+
+def test_a_problem_names_the_line_and_column_of_its_value() -> None:
+    text = (
+        '{"hosts": [\n'
+        '  {"name": "kvm01", "reachable": true,\n'
+        '   "capacity": {"cpus": 2.5, "memoryMiB": 1024,\n'
+        '                "poolCapacityBytes": 1, "poolAvailableBytes": -1}}],\n'
+        ' "baseSizes": {"debian.qcow2": 5, "base-debian.qcow2": "big"}}\n'
+    )
+    with pytest.raises(InvalidInput) as caught:
+        parse_inventory(text, file="inv.json")
+    assert [str(p) for p in caught.value.problems] == [
+        "inv.json:3:25: hosts[0].capacity.cpus: must be a whole number, 0 or more",
+        "inv.json:4:63: hosts[0].capacity.poolAvailableBytes: must be a whole number, 0 or more",
+        "inv.json:5:16: baseSizes.debian.qcow2: must be a base volume name "
+        "(base-<image>[-<sha256 prefix>].qcow2 or .raw)",
+        "inv.json:5:56: baseSizes.base-debian.qcow2: must be a whole number, 0 or more",
+    ]
+
+
+def test_the_inventory_schema_ships_with_the_package_and_validates_the_documented_shape() -> None:
+    schema = json.loads((ROOT / "schemas" / "inventory.schema.json").read_text())
+    packaged = resources.files("reconciler").joinpath("schemas", "inventory.schema.json")
+    assert json.loads(packaged.read_text("utf-8")) == schema
+    Draft202012Validator.check_schema(schema)
+    Draft202012Validator(schema).validate(json.loads(dump_inventory(INVENTORY)))

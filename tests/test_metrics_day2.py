@@ -56,3 +56,21 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_nex
     assert ("proxyfleet_probe_path_suspect", (("zone", "east"),)) not in seen
     assert ("proxyfleet_vms_paused_io_error", (("host", "kvm01"),)) not in seen
     assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 0
+
+
+def test_the_metrics_of_several_fleets_are_served_as_one_labelled_by_fleet() -> None:
+    from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
+
+    home, lab = Metrics(), Metrics()
+    home.leading("home", True)
+    lab.leading("lab", False)
+    home.source_result(ok=True)
+
+    text = FleetMetrics({"home": home, "lab": lab}).exposition().decode()
+
+    assert 'proxyfleet_leader{fleet="home"} 1.0' in text
+    assert 'proxyfleet_leader{fleet="lab"} 0.0' in text
+    assert 'proxyfleet_source_up{fleet="home"} 1.0' in text
+    assert 'proxyfleet_condition{condition="Ready",fleet="lab"} 0.0' in text
+    assert text.count("# TYPE proxyfleet_source_up gauge") == 1
+    assert text.count("proxyfleet_build_info{") == 1

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 
+import pytest
 from enginefakes import LocalFakeHost, make_host, make_proxy, make_repo
 
-from reconciler.engine.observe import observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
 from reconciler.errors import TransientError
-from reconciler.model import Domain, DomainState, Fleet, Host, Owner
-from reconciler.model.inventory import Capacity
+from reconciler.model import (
+    Domain,
+    DomainState,
+    Fleet,
+    Host,
+    HostInventory,
+    Image,
+    Inventory,
+    Owner,
+    Repo,
+)
+from reconciler.model.inventory import BaseSize, Capacity
 
 
 def fleet_of(*names: str) -> Fleet:
@@ -102,3 +114,56 @@ def test_a_hosts_capacity_reaches_the_inventory_the_planner_gets() -> None:
     seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=5)
 
     assert [h.capacity for h in seen.inventory.hosts] == [room, None]
+
+
+class Sizes:
+    """An image cache that knows the sizes it is given, and counts what it is asked."""
+
+    def __init__(self, **sizes: int | None) -> None:
+        self.sizes = sizes
+        self.asked: list[str] = []
+
+    def size(self, image: Image) -> int | None:
+        self.asked.append(image.key)
+        return self.sizes.get(image.key)
+
+
+def sized_world(*, volumes: tuple[str, ...]) -> tuple[Repo, Observation]:
+    repo = make_repo((make_proxy("a"), make_proxy("b")), (make_host("kvm01"), make_host("kvm02")))
+    room = Capacity(cpus=4, memory_mib=4096, pool_capacity_bytes=2**40, pool_available_bytes=2**39)
+    inventory = Inventory(
+        hosts=(
+            HostInventory("kvm01", True, volumes=volumes, capacity=room),
+            HostInventory("kvm02", False, error="down"),
+        )
+    )
+    return repo, Observation(inventory=inventory, hosts=())
+
+
+def test_the_base_a_reachable_host_lacks_is_sized_once_before_planning() -> None:
+    repo, seen = sized_world(volumes=())
+    images = Sizes(**{"debian-12": 361758720})
+
+    sized = size_bases(repo, seen, images)
+
+    assert images.asked == ["debian-12"]  # two proxies, one image: asked once
+    assert sized.inventory.base_sizes == (BaseSize("base-debian-12.qcow2", 361758720),)
+    assert sized.inventory.hosts == seen.inventory.hosts
+
+
+def test_a_size_nobody_tells_stays_unknown_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    repo, seen = sized_world(volumes=("base-debian-12.qcow2",))  # no marker: not verified
+
+    with caplog.at_level(logging.WARNING):
+        sized = size_bases(repo, seen, Sizes())
+
+    assert sized.inventory.base_sizes == ()
+    assert "Image debian-12: its size is not known before the download" in caplog.text
+
+
+def test_nothing_is_sized_when_every_reachable_host_holds_the_verified_base() -> None:
+    repo, seen = sized_world(volumes=("base-debian-12.qcow2", "base-debian-12.qcow2.sha256"))
+    images = Sizes(**{"debian-12": 1})
+
+    assert size_bases(repo, seen, images) == seen
+    assert images.asked == []

@@ -79,7 +79,7 @@ def test_there_are_at_least_thirty_cases_and_each_describes_itself() -> None:
 def test_plan_case(path: Path) -> None:
     case = _load(path)
     repo = build_repo(case.get("fleet"), case.get("proxies") or [])
-    inventory = build_inventory(repo, case.get("inventory"))
+    inventory = build_inventory(repo, case.get("inventory"), case.get("baseSizes"))
     history = build_history(inventory, case.get("history"))
     result = _step(repo, inventory, case.get("expect") or [], history)
     if "suspectZones" in case:
@@ -194,7 +194,8 @@ def _assert_invariants(
         dataclasses.replace(h, domains=tuple(shuffle.sample(h.domains, len(h.domains))))
         for h in reversed(inventory.hosts)
     ]
-    assert plan(repo, Inventory(hosts=tuple(shuffled)), history) == result
+    reordered = Inventory(hosts=tuple(shuffled), base_sizes=inventory.base_sizes[::-1])
+    assert plan(repo, reordered, history) == result
 
 
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:

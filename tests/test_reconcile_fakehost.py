@@ -12,14 +12,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
+from enginefakes import FLEET, HOST, IMAGE_BYTES, PROXY, FakeImages, FakeProber, FakeTime
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState
+from reconciler.model.inventory import Capacity
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings
+from reconciler.model.vm import base_marker_name
 
 HOSTS = ("kvm01", "kvm02")
 
@@ -194,3 +196,35 @@ def test_one_connection_per_host_lasts_until_the_engine_closes(world: World) -> 
     assert [h.closed for h in world.hosts.values()] == [0, 0]
     world.engine.close()
     assert [h.closed for h in world.hosts.values()] == [1, 1]
+
+
+def test_the_engine_sizes_a_missing_base_before_planning_and_places_where_disk_and_base_fit(
+    world: World,
+) -> None:
+    """kvm01 (first by name) lacks the base and its pool holds the 4 GiB disk but not the
+    345 MiB base as well; kvm02 holds the base. Once both hold it, nothing is sized."""
+    images = world.engine.images
+    assert isinstance(images, FakeImages)
+    base = "base-debian-12-abababababab.qcow2"
+    free = 4 * 2**30 + IMAGE_BYTES // 2
+    for fake in world.hosts.values():
+        fake.capacity = Capacity(
+            cpus=8, memory_mib=16384, pool_capacity_bytes=2**40, pool_available_bytes=free
+        )
+    world.hosts["kvm02"].add_volumes(base, base_marker_name(base))
+    world.write("web-1")
+
+    first = world.cycle()
+
+    (create,) = first.plan.of_kind(ActionKind.CREATE)
+    assert create.host == "kvm02", create.reason
+    assert images.sized == ["debian-12"]
+    assert images.calls == ["debian-12"]  # fetched for the create, not for sizing
+
+    world.hosts["kvm01"].add_volumes(base, base_marker_name(base))
+    world.write("web-1", "web-2")
+    second = world.cycle()
+
+    (create,) = second.plan.of_kind(ActionKind.CREATE)
+    assert create.host == "kvm01" and "base image" not in create.reason
+    assert images.sized == ["debian-12"]  # every host holds its base: nothing to size

@@ -167,3 +167,19 @@ def test_a_zookeeper_url_without_kazoo_installed_says_what_is_missing() -> None:
             locks.lock("home").acquire()
     finally:
         locks.close()
+
+
+def test_the_holder_is_still_named_long_after_it_took_the_file_lock(tmp_path: Path) -> None:
+    url = default_url(tmp_path)
+    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
+    try:
+        assert first.lock("home").acquire()
+        hour_ago = time.time() - 3600
+        for record in (tmp_path / "locks" / "groups").rglob("*.raw"):
+            os.utime(record, (hour_ago, hour_ago))  # as if taken an hour ago, never touched
+
+        holder = second.lock("home").holder()
+        assert holder is not None and holder.box == "box-a"
+    finally:
+        first.close()
+        second.close()

@@ -35,8 +35,10 @@ from reconciler.cli.common import (
     add_repo_argument,
     config_error,
     daemon_settings,
+    fleet_settings,
     guard_settings,
     host_factory,
+    image_cache,
     lock_service,
     read_limits,
     ssh_settings,
@@ -112,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
             # An invalid repo (no fleet id) stalls before any host is contacted: no lock needed,
             # and a fence that never opens.
             held = lock.held if lock is not None else (lambda: False)
-            engine = build_engine(args, settings, runtime=Runtime.interruptible(stop), held=held)
+            one = fleet_settings(settings, fleet)
+            engine = build_engine(
+                args, one, runtime=Runtime.interruptible(stop), held=held, fleets=settings != one
+            )
             try:
                 return apply_with(args, engine)
             finally:
@@ -155,22 +160,22 @@ def build_engine(
     *,
     runtime: Runtime,
     held: Callable[[], bool] | None = None,
+    fleets: bool = False,
 ) -> Engine:
     """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
 
     With ``held`` (the fleet lock's), every mutating host call is fenced by it.
+    ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
+    (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
     """
-    from reconciler.adapters.hypervisor.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
 
-    state = state_dir(args, settings.state_dir)
-    cache = state / "images"
-    images: ImageSource = ImageCache(
-        cache,
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
-    )
+    if fleets:  # --state-dir and PROXYFLEET_STATE_DIR name the base, as stateDir does
+        state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
+    else:
+        state = state_dir(args, settings.state_dir)
+    images: ImageSource = image_cache(settings, state)
     prober: Prober = HttpProber()
     apply = ApplySettings(
         per_host_concurrency=settings.concurrency.per_host,
@@ -186,7 +191,7 @@ def build_engine(
         settings=apply,
         runtime=runtime,
         history=FileHistoryStore(state / "history.json"),
-        guards=guard_settings(settings, state_dir(args, settings.state_dir)),
+        guards=guard_settings(settings, state),
         read_limits=read_limits(settings),
     )
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reconciler.adapters.coordination.fleetlock import LockService, this_process
+from reconciler.adapters.hypervisor.download import ImageCache
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
-from reconciler.engine.observe import Observation, observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput
 from reconciler.model import Host, Repo
@@ -81,6 +82,15 @@ def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
             return DaemonSettings()
         path = DEFAULT_CONFIG
     return load_settings(path)
+
+
+def fleet_settings(settings: DaemonSettings, fleet: str | None) -> DaemonSettings:
+    """The settings the daemon uses for ``fleet``: its entry's of a config listing several
+    fleets (fleet pin, state dir ``<stateDir>/fleets/<fleet>``), else ``settings``."""
+    for one in settings.per_fleet() if settings.fleets else ():
+        if one.fleet == fleet:
+            return one
+    return settings
 
 
 def ssh_settings(args: argparse.Namespace, base: SshSettings | None = None) -> SshSettings:
@@ -183,7 +193,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
-    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``).
+    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``), and size
+    the bases a host lacks as ``apply`` does (from the image cache in the state dir, or
+    a HEAD request; nothing is downloaded).
 
     Host access as ``add_host_access_arguments`` describes; unreachable hosts
     come back as such, never as an exception.
@@ -192,6 +204,17 @@ def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
     pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
     try:
         hosts = pool.sync(repo.fleet.hosts)
-        return observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
+        observation = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
     finally:
         pool.close()
+    images = image_cache(settings, state_dir(args, settings.state_dir))
+    return size_bases(repo, observation, images)
+
+
+def image_cache(settings: DaemonSettings, state: Path) -> ImageCache:
+    """The image cache under ``state`` (``images/``), with the config's image limits."""
+    return ImageCache(
+        state / "images",
+        allowed_file_dirs=settings.images.allow_file_dirs,
+        max_bytes=settings.images.max_bytes,
+    )

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.coordination.fleetlock import LockService
+from reconciler.adapters.coordination.fleetlock import LockService, this_process
+from reconciler.adapters.coordination.fleetring import FleetRing
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
 from reconciler.cli.logsetup import setup_logging
@@ -21,7 +23,8 @@ from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
-from reconciler.engine.fencing import fenced
+from reconciler.engine.fencing import Fence, fenced
+from reconciler.engine.fleets import FleetsDaemon
 from reconciler.engine.leadership import Leadership
 from reconciler.engine.pool import HostFactory
 from reconciler.engine.reconcile import Engine
@@ -53,7 +56,7 @@ def build_engine(
     metrics: Metrics,
     stop: threading.Event,
     *,
-    held: Callable[[], bool],
+    held: Fence | Callable[[], bool],
     host_factory: HostFactory | None = None,
     images: ImageSource | None = None,
     prober: Prober | None = None,
@@ -114,14 +117,99 @@ def serve(
     images: ImageSource | None = None,
     prober: Prober | None = None,
     notifier: SdNotify | None = None,
+    ring: FleetRing | None = None,
 ) -> int:
     """Assemble the daemon (source, lock, engine, status, metrics) and run it until SIGTERM.
 
-    Tests run it in a process of its own with in-memory hosts (``host_factory``).
+    With ``fleets`` in the config, one such daemon per fleet inside a FleetsDaemon that
+    spreads them over the daemons sharing the coordination service (``ring``, built
+    from the config unless given). Tests run it in a process of its own with in-memory
+    hosts (``host_factory``).
     """
-    metrics = Metrics()
     stop = threading.Event()
-    leadership = Leadership(locks, poll=settings.coordination.poll, on_change=metrics.leading)
+    fleets = settings.per_fleet()
+    ring = ring if ring is not None or not settings.fleets else fleet_ring(settings)
+    parts: dict[str, tuple[Daemon, Engine, Metrics]] = {}
+    try:
+        for one in fleets:
+            parts[one.fleet or ""] = fleet_daemon(
+                one,
+                locks,
+                stop,
+                ring=ring,
+                host_factory=host_factory,
+                images=images,
+                prober=prober,
+                notifier=None if ring is not None else notifier,
+            )
+        if ring is None:
+            ((daemon, _, _),) = parts.values()
+            runner: Daemon | FleetsDaemon = daemon
+        else:
+            runner = FleetsDaemon(
+                settings,
+                {fleet: daemon for fleet, (daemon, _, _) in parts.items()},
+                ring=ring,
+                metrics=FleetMetrics({fleet: m for fleet, (_, _, m) in parts.items()}),
+                stop=stop,
+                poll=settings.coordination.poll,
+                notifier=notifier if notifier is not None else SdNotify(),
+            )
+    except OSError as exc:
+        print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
+        for _, engine, _ in parts.values():
+            engine.close()
+        locks.close()
+        if ring is not None:
+            ring.close()
+        return 1
+    try:
+        return runner.run()
+    finally:
+        for _, engine, _ in parts.values():
+            engine.close()
+        locks.close()
+
+
+def fleet_ring(settings: DaemonSettings) -> FleetRing:
+    """The ring of the config's coordination service over the fleets it lists."""
+    from reconciler.adapters.coordination.toozlock import default_url
+    from reconciler.adapters.coordination.toozring import ToozRing  # tooz loads only here
+
+    coordination = settings.coordination
+    return ToozRing(
+        coordination.url or default_url(settings.state_dir),
+        member=coordination.member or socket.gethostname(),
+        fleets=[entry.fleet for entry in settings.fleets],
+        me=this_process("daemon"),
+        ttl=coordination.ttl,
+    )
+
+
+def fleet_daemon(
+    settings: DaemonSettings,
+    locks: LockService,
+    stop: threading.Event,
+    *,
+    ring: FleetRing | None,
+    host_factory: HostFactory | None,
+    images: ImageSource | None,
+    prober: Prober | None,
+    notifier: SdNotify | None,
+) -> tuple[Daemon, Engine, Metrics]:
+    """One fleet's daemon: its source, lock, engine, status and metrics. ``ring`` set: one
+    of several fleets (no endpoint, signals or notifications of its own)."""
+    metrics = Metrics()
+    leadership = Leadership(
+        locks,
+        poll=settings.coordination.poll,
+        on_change=metrics.leading,
+        fleet=settings.fleet,
+        ring=ring,
+        drain=settings.ssh.call_timeout,
+    )
+    if ring is not None and settings.fleet is not None:
+        metrics.leading(settings.fleet, False)  # exported from the start: the no-leader alert
     source = ObservedSource(
         GitSource(settings.repo, settings.state_dir / "repo"), metrics.source_result
     )
@@ -129,7 +217,7 @@ def serve(
         settings,
         metrics,
         stop,
-        held=leadership.held,
+        held=leadership.fence,
         host_factory=host_factory,
         images=images,
         prober=prober,
@@ -143,6 +231,7 @@ def serve(
         source,
         lambda root, rev: engine.reconcile_once(root, revision=rev),
         leadership=leadership,
+        fleet=settings.fleet if ring is not None else None,
     )
     try:
         daemon = Daemon(
@@ -150,18 +239,16 @@ def serve(
             cycle,
             metrics=metrics,
             status=status,
-            notifier=notifier if notifier is not None else SdNotify(),
+            notifier=notifier
+            if notifier is not None
+            else (SdNotify() if ring is None else SdNotify({})),
             stop=stop,
             progress=engine.runtime.progress,
             leadership=leadership,
+            serve_http=ring is None,
+            handle_signals=ring is None,
         )
-    except OSError as exc:
-        print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
+    except OSError:
         engine.close()
-        locks.close()
-        return 1
-    try:
-        return daemon.run()
-    finally:
-        engine.close()
-        locks.close()
+        raise
+    return daemon, engine, metrics

@@ -3,12 +3,14 @@
 Per host, checked on its own so one failure hides nothing else: SSH (and
 whether the libvirt socket is forwarded with streamlocal or through
 virt-ssh-helper), libvirt and QEMU versions, the storage pool (active, free
-space), the bridge or libvirt network, UEFI firmware (needed when any image
-boots UEFI, the default), capacity (CPUs, memory), and whether KVM is usable:
-a throw-away transient domain (``proxyfleet-kvm-probe``, no NIC, a 1 MiB boot
-disk in the pool) boots under KVM and is watched until it reaches long mode or
-KVM stops it (up to 90 s); then it and its volume are removed. A KVM that does
-not work fails the check only on hosts with ``domainType: kvm``. Hosts are
+space enough for the fleet's base images it does not hold yet plus one VM of
+the largest machine type; image sizes from the image cache in the state dir,
+else a HEAD request), the bridge or libvirt network, UEFI firmware (needed when
+any image boots UEFI, the default), capacity (CPUs, memory), and whether KVM is
+usable: a throw-away transient domain (``proxyfleet-kvm-probe``, no NIC, a 1 MiB
+boot disk in the pool) boots under KVM and is watched until it reaches long mode
+or KVM stops it (up to 90 s); then it and its volume are removed. A KVM that
+does not work fails the check only on hosts with ``domainType: kvm``. Hosts are
 checked in parallel.
 
 Exit codes: 0 every check passed, 2 some check failed, 1 the repo or the
@@ -18,6 +20,7 @@ config is unusable.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -29,17 +32,22 @@ from reconciler.cli.common import (
     add_repo_argument,
     config_error,
     daemon_settings,
+    image_cache,
     load_repo_or_complain,
     ssh_settings,
+    state_dir,
     table,
 )
 from reconciler.cli.inventory import configure_logging
+from reconciler.core.naming import resolve_image
+from reconciler.engine.observe import ImageSizes
 from reconciler.errors import ConfigError
-from reconciler.model import Firmware, Host, Repo
+from reconciler.model import Firmware, Host, Image, Repo
 from reconciler.model.settings import SshSettings
+from reconciler.model.vm import base_volume_name
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.hostcheck import HostReport, Need
+    from reconciler.adapters.hypervisor.hostcheck import BaseNeed, HostReport, Need
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -61,7 +69,7 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_repo_argument(check)
-    add_host_access_arguments(check)
+    add_host_access_arguments(check, state_dir=True)
     check.add_argument(
         "--host", action="append", metavar="NAME", help="check only this host (repeatable)"
     )
@@ -80,7 +88,8 @@ def run_check(args: argparse.Namespace) -> int:
     if repo is None:
         return EXIT_ERROR
     try:
-        ssh = ssh_settings(args, daemon_settings(args).ssh)
+        settings = daemon_settings(args)
+        ssh = ssh_settings(args, settings.ssh)
     except ConfigError as exc:
         return config_error(exc)
     hosts = [h for h in repo.fleet.hosts if not args.host or h.name in args.host]
@@ -88,12 +97,10 @@ def run_check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"proxyfleet: no such host in fleet.yaml: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_ERROR
+    images = image_cache(settings, state_dir(args, settings.state_dir))
+    need = dataclasses.replace(largest_vm(repo), images=base_needs(repo, images))
     reports = check_hosts(
-        hosts,
-        ssh,
-        need_uefi=needs_uefi(repo),
-        need=largest_vm(repo),
-        kvm_probe=not args.no_kvm_probe,
+        hosts, ssh, need_uefi=needs_uefi(repo), need=need, kvm_probe=not args.no_kvm_probe
     )
     if args.json:
         print(json.dumps([report_json(r) for r in reports], indent=2))
@@ -107,6 +114,22 @@ def needs_uefi(repo: Repo) -> bool:
     keys = {image.key for image in repo.fleet.images}
     direct = any(p.placement.image not in keys for p in repo.proxies)
     return direct or any(i.firmware is Firmware.UEFI for i in repo.fleet.images)
+
+
+def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
+    """Every base the fleet may upload: fleet.yaml's images and the direct URLs the
+    proxies name, each with its size (one cache stat or HEAD request per image)."""
+    from reconciler.adapters.hypervisor.hostcheck import BaseNeed  # libvirt loads only when needed
+
+    found: dict[str, Image] = {base_volume_name(i): i for i in repo.fleet.images}
+    for proxy in repo.proxies:
+        image = resolve_image(repo.fleet, proxy.placement.image)
+        if image is not None:
+            found.setdefault(base_volume_name(image), image)
+    return tuple(
+        BaseNeed(key=image.key, volume=volume, size_bytes=images.size(image))
+        for volume, image in sorted(found.items())
+    )
 
 
 def largest_vm(repo: Repo) -> Need:

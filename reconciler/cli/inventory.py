@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_repo_argument(parser)
-    add_host_access_arguments(parser)
+    add_host_access_arguments(parser, state_dir=True)
     parser.add_argument(
         "--json", action="store_true", help="print the inventory JSON that plan --inventory reads"
     )

@@ -93,7 +93,7 @@ def register(sub: Any) -> None:
         help="plan against this inventory (`proxyfleet inventory --json`) instead of live hosts",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    add_host_access_arguments(parser)
+    add_host_access_arguments(parser, state_dir=True)
     parser.set_defaults(func=run)
 
 

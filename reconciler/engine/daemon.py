@@ -80,6 +80,7 @@ def source_cycle(
     *,
     clock: Callable[[], datetime] = utc_now,
     leadership: Leadership | None = None,
+    fleet: str | None = None,
 ) -> Cycle:
     """The cycle the daemon runs: sync the source, then let the engine reconcile it.
 
@@ -89,6 +90,8 @@ def source_cycle(
     claimed between the fetch and the engine: without it the cycle returns
     None and no host is touched. A repo that does not load claims the lock of
     the fleet id last seen (its Stalled report touches no host either way).
+    ``fleet``: the lock to claim whatever the repo says (one of several fleets, each
+    pinned by the config; a repo naming another fleet is Stalled by the engine's guard).
     """
 
     def cycle(stop: threading.Event) -> RunReport | None:
@@ -101,8 +104,8 @@ def source_cycle(
                 str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
             )
         if leadership is not None:
-            fleet = fleet_id(checkout.root) or leadership.fleet
-            if fleet is not None and not leadership.claim(fleet):
+            claimed = fleet or fleet_id(checkout.root) or leadership.fleet
+            if claimed is not None and not leadership.claim(claimed):
                 return None
         report = reconcile(checkout.root, checkout.revision)
         # The cycle's duration includes the fetch, not only the engine's part.
@@ -150,7 +153,10 @@ class Daemon:
         follow_up: float = FOLLOW_UP,
         progress: Progress | None = None,
         leadership: Leadership | None = None,
+        serve_http: bool = True,
     ) -> None:
+        """``serve_http`` False: no endpoint of its own (one fleet of several, whose
+        endpoint the FleetsDaemon serves)."""
         self.settings = settings
         self.leadership = leadership
         """Who acts for the fleet; None: this daemon always acts (no lock, tests)."""
@@ -174,15 +180,10 @@ class Daemon:
         self._cycle_started: float | None = None
         self._progress = progress
         self._lock = threading.Lock()
-        self.http = HttpApi(
-            settings.listen,
-            Endpoints(
-                metrics=metrics.exposition,
-                metrics_content_type=CONTENT_TYPE,
-                health=self.health,
-                hook=lambda: self.triggers.fire("webhook"),
-                secret=self._webhook_secret,
-            ),
+        self.http = (
+            endpoint(settings, metrics.exposition, self.health, self.triggers)
+            if serve_http
+            else None
         )
 
     # -- what the HTTP endpoint and the watchdog ask -------------------------
@@ -215,21 +216,12 @@ class Daemon:
         hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
         return self._monotonic() - started < hung_after
 
-    def _webhook_secret(self) -> bytes | None:
-        path = self.settings.webhook.secret_file
-        if path is None:
-            return None
-        try:
-            return path.read_bytes().strip()
-        except OSError as exc:
-            log.error("Webhook secret %s unreadable: %s; refusing every hook.", path, exc.strerror)
-            return b""
-
     # -- the loop ------------------------------------------------------------
 
     def run(self) -> int:
         restore = install_signals(self.triggers, self.stop) if self._handle_signals else None
-        self.http.start()
+        if self.http is not None:
+            self.http.start()
         watcher = self._start_watcher()
         pinger = self._start_watchdog()
         if self.leadership is not None:
@@ -256,7 +248,8 @@ class Daemon:
         finally:
             self._notifier.stopping("Stopping")
             self.stop.set()
-            self.http.stop()
+            if self.http is not None:
+                self.http.stop()
             if watcher is not None:
                 watcher.join(timeout=5)
             if pinger is not None:
@@ -324,6 +317,11 @@ class Daemon:
             self.metrics.report_failed("metrics")
         if self._status is None:
             return
+        if self.leadership is not None and not self.leadership.held():
+            # The lock went (lost, or handed over) during the run: the status branch is the
+            # fleet's next leader's to write, not this run's, whose last calls were refused.
+            log.info("Status not written: this daemon no longer leads the fleet.")
+            return
         try:
             published = self._status.publish(report)
         except Exception as exc:  # as above: the status branch is untrusted input
@@ -343,21 +341,61 @@ class Daemon:
         return watcher
 
     def _start_watchdog(self) -> threading.Thread | None:
-        interval = self._notifier.watchdog_interval
-        if interval is None:
-            return None
+        return start_watchdog(self._notifier, self.stop, self.alive)
 
-        def ping() -> None:
-            while not self.stop.wait(interval):
-                if self.alive():
-                    self._notifier.watchdog()
-                else:
-                    log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
 
-        self._notifier.watchdog()
-        thread = threading.Thread(target=ping, name="watchdog", daemon=True)
-        thread.start()
-        return thread
+def endpoint(
+    settings: DaemonSettings,
+    metrics: Callable[[], bytes],
+    health: Callable[[], tuple[bool, str]],
+    triggers: TriggerQueue,
+) -> HttpApi:
+    """The daemon's HTTP endpoint (bound now, served once started): /metrics, /healthz and
+    the webhook, which fires ``triggers``."""
+    return HttpApi(
+        settings.listen,
+        Endpoints(
+            metrics=metrics,
+            metrics_content_type=CONTENT_TYPE,
+            health=health,
+            hook=lambda: triggers.fire("webhook"),
+            secret=lambda: webhook_secret(settings),
+        ),
+    )
+
+
+def start_watchdog(
+    notifier: SdNotify, stop: threading.Event, alive: Callable[[], bool]
+) -> threading.Thread | None:
+    """Ping systemd's watchdog while ``alive()`` (when the unit has one) until ``stop``."""
+    interval = notifier.watchdog_interval
+    if interval is None:
+        return None
+
+    def ping() -> None:
+        while not stop.wait(interval):
+            if alive():
+                notifier.watchdog()
+            else:
+                log.error("A reconcile cycle looks hung; no longer pinging the watchdog.")
+
+    notifier.watchdog()
+    thread = threading.Thread(target=ping, name="watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def webhook_secret(settings: DaemonSettings) -> bytes | None:
+    """The webhook's shared secret, read on every request (rotating it needs no restart);
+    None: no webhook; b"" (refuse every hook): the file is unreadable."""
+    path = settings.webhook.secret_file
+    if path is None:
+        return None
+    try:
+        return path.read_bytes().strip()
+    except OSError as exc:
+        log.error("Webhook secret %s unreadable: %s; refusing every hook.", path, exc.strerror)
+        return b""
 
 
 def _failed(exc: Exception, *, started: datetime, finished: datetime) -> RunReport:

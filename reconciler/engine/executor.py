@@ -44,6 +44,7 @@ from typing import Protocol, TypeVar
 
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.engine.check import Prober, VmHealth, check_vm
+from reconciler.engine.observe import ImageSizes
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
@@ -77,8 +78,9 @@ class FetchedImage(Protocol):
     def sha256(self) -> str: ...
 
 
-class ImageSource(Protocol):
-    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache)."""
+class ImageSource(ImageSizes, Protocol):
+    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache): ``fetch``
+    here, ``size`` before planning (reconciler.engine.observe)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...
 

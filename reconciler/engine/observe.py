@@ -5,6 +5,12 @@ A host that raises, or has not answered when the deadline passes, is
 creates their proxies elsewhere nor forgets them. Each host is read on a
 daemon thread so that a hung host cannot hold the cycle (or the process) past
 the deadline; the adapter's own call deadline ends the thread later.
+
+``size_bases`` then adds what placement needs from the management box: the
+size of each base image some host lacks (``core.capacity.unsized_bases``),
+from the image cache or the image's source, so that the plan counts an upload
+where the base is missing. A size nobody can tell stays unknown, and the plan
+says so; nothing is downloaded before the plan.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.plan.capacity import unsized_bases
 from reconciler.errors import HostError
-from reconciler.model import Fleet, HostInventory, Inventory
+from reconciler.model import Fleet, HostInventory, Image, Inventory, Repo
+from reconciler.model.inventory import BaseSize
 from reconciler.model.report import HostStatus
+from reconciler.model.vm import base_volume_name
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,36 @@ def observe(
             inventories.append(found)
     statuses = tuple(_status(fleet, inv) for inv in inventories)
     return Observation(inventory=Inventory(hosts=tuple(inventories)), hosts=statuses)
+
+
+class ImageSizes(Protocol):
+    """Where image sizes come from: the local image cache (``ImageCache.size``)."""
+
+    def size(self, image: Image) -> int | None:
+        """Bytes of ``image`` without downloading it; None when not known. Cost: a stat
+        when cached, else one HEAD request (or a stat of a ``file://`` image)."""
+
+
+def size_bases(repo: Repo, observation: Observation, images: ImageSizes) -> Observation:
+    """``observation`` with the size of every base a plan may upload and the inventory does
+    not size yet. Cost: nothing while every host holds its bases; else per such image a
+    stat of the cache, or one HEAD request."""
+    inventory = observation.inventory
+    sizes = list(inventory.base_sizes)
+    for image in unsized_bases(repo, inventory):
+        size = images.size(image)
+        if size is None:
+            log.warning(
+                "Image %s: its size is not known before the download; hosts without its "
+                "base are judged on the disk alone.",
+                image.key,
+            )
+            continue
+        sizes.append(BaseSize(base_volume_name(image), size))
+    if len(sizes) == len(inventory.base_sizes):
+        return observation
+    sized = Inventory(hosts=inventory.hosts, base_sizes=tuple(sizes))
+    return Observation(inventory=sized, hosts=observation.hosts)
 
 
 def _read_one(name: str, hypervisor: Hypervisor) -> HostInventory:

@@ -35,7 +35,7 @@ from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.executor import Executor, ImageSource
 from reconciler.engine.guards import DeleteWindow, check_identity, check_images, check_shrink
-from reconciler.engine.observe import Observation, observe
+from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
@@ -139,6 +139,8 @@ class Engine:
             hosts = self.pool.sync(repo.fleet.hosts)
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
             refusal = check_shrink(repo, observation.inventory)
+            if refusal is None:
+                observation = size_bases(repo, observation, self.images)
         if refusal is not None:
             log.error("Revision %s refused: %s", revision or root, "; ".join(refusal.problems))
             return stalled_report(

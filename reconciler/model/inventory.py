@@ -1,5 +1,9 @@
 """What the hosts run, as observed: the planner's other input.
 
+Beside the hosts it carries the size of each base image a plan may have to
+upload (``BaseSize``): the management box learns it from its image cache or
+the image's source, so that placement can count a base a host does not have.
+
 The JSON form (``proxyfleet inventory --json`` and ``plan --inventory FILE``)
 is produced and parsed by ``reconciler.core.load.inventory``.
 """
@@ -101,8 +105,24 @@ class HostInventory:
 
 
 @dataclass(frozen=True, slots=True)
+class BaseSize:
+    """Bytes a base volume takes once uploaded: the size of its image file."""
+
+    volume: str
+    """The base volume's name (``base_volume_name``), as it lands in a host's pool."""
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Inventory:
     hosts: tuple[HostInventory, ...] = ()
+    base_sizes: tuple[BaseSize, ...] = ()
+    """The known sizes of the bases a plan may upload; a base not listed has a size not
+    known yet (the image is neither cached nor told by its source)."""
 
     def host(self, name: str) -> HostInventory | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+    def base_size(self, volume: str) -> int | None:
+        """Bytes of base ``volume`` once uploaded; None when not known."""
+        return next((b.size_bytes for b in self.base_sizes if b.volume == volume), None)

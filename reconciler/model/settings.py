@@ -6,7 +6,7 @@ status and log groups; the loader lives in reconciler.core.load.settings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -179,10 +179,26 @@ class CoordinationSettings:
     itself stops acting ``ttl * 2 / 3`` seconds after its last renewal. Not used by
     the file lock, which the kernel drops the moment its holder dies."""
 
+    member: str = ""
+    """This daemon's name among the daemons that spread several fleets over themselves (the
+    hash ring); unique per coordination URL, stable across restarts so that a restarted
+    daemon gets the same fleets back. "": the host name."""
+
     @property
     def poll(self) -> float:
         """Seconds between a standby's attempts to take the lock."""
         return min(max(self.ttl / 10, 0.2), 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """One entry of ``fleets``: what differs between the fleets one daemon serves."""
+
+    fleet: str
+    """The fleet id (``metadata.name``): its lock's name, its key on the hash ring, and the
+    pin a repo naming another fleet is Stalled against."""
+    repo: RepoSettings
+    status: StatusSettings = StatusSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +226,29 @@ class DaemonSettings:
     coordination: CoordinationSettings = CoordinationSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""
+    fleets: tuple[FleetSettings, ...] = ()
+    """Several fleets (the ``fleets`` list) instead of ``repo``/``fleet``/``status``; empty:
+    the single fleet those name."""
+
+    def per_fleet(self) -> tuple[DaemonSettings, ...]:
+        """The settings of each fleet this daemon serves, as a one-fleet config.
+
+        Without ``fleets``: this config itself, unchanged. With it: one config per entry,
+        its repo, fleet pin and status, and a state dir of its own,
+        ``<stateDir>/fleets/<fleet>`` (checkout, status clone, image cache, history and
+        delete records), so that no two fleets share a file. The lock directory of the
+        file backend stays ``<stateDir>/locks``: it is shared by design.
+        """
+        if not self.fleets:
+            return (self,)
+        return tuple(
+            replace(
+                self,
+                repo=entry.repo,
+                fleet=entry.fleet,
+                status=entry.status,
+                state_dir=self.state_dir / "fleets" / entry.fleet,
+                fleets=(),
+            )
+            for entry in self.fleets
+        )

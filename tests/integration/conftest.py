@@ -23,6 +23,7 @@ from typing import Any
 
 import libvirt
 import pytest
+from etcdcluster import EtcdCluster
 from hostservices import BlankImage, Sshd, SshKeys, libvirt_daemons, make_keys
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
@@ -49,6 +50,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A real 3-member etcd cluster on 127.0.0.1 (the fleet lock's and ring's tests)."""
+    cluster = EtcdCluster(tmp_path / "etcd", size=3)
+    (tmp_path / "etcd").mkdir()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

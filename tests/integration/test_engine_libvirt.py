@@ -46,6 +46,9 @@ class LocalImage:
     def fetch(self, image: Image) -> BlankImage:
         return self.blank
 
+    def size(self, image: Image) -> int | None:
+        return self.blank.path.stat().st_size
+
 
 class NoProxy:
     def probe(self, ip: str, health: Any) -> Any:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from daemonutil import wait_until
 from etcdcluster import EtcdCluster
 from lockprocs import DaemonProc, fleet_files, fleet_remote, mutations, start_daemon
@@ -25,17 +23,6 @@ FENCE = TTL * 2 / 3
 """A leader counts its lock as lost this long after its last renewal."""
 SLACK = 2.0
 """Seconds for process scheduling and /healthz polling on a busy 2-core machine."""
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
-    cluster = EtcdCluster(tmp_path / "etcd", size=3)
-    (tmp_path / "etcd").mkdir()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def leaders(daemons: list[DaemonProc]) -> list[DaemonProc]:

@@ -17,12 +17,16 @@ from daemonutil import wait_until
 from lockprocs import ROOT, fleet_remote, start_daemon
 
 
-def apply(work: Path, state: Path, *flags: str) -> subprocess.Popen[str]:
+def apply(
+    work: Path, state: Path, *flags: str, stderr: Path | None = None
+) -> subprocess.Popen[str]:
+    """``proxyfleet apply``; its stderr to the file ``stderr`` when given (to be read while
+    it runs), else to a pipe."""
     return subprocess.Popen(
         [sys.executable, "-m", "reconciler", "apply", "--repo", str(work), "--state-dir",
          str(state), "--yes", *flags],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr.open("w") if stderr is not None else subprocess.PIPE,
         text=True,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -50,16 +54,24 @@ def test_apply_beside_a_leading_daemon_refuses_naming_it_and_with_wait_runs_once
         ), err
         assert out == ""
 
-        waiting = apply(remote.work, state, "--wait")
-        time.sleep(3)
+        log = tmp_path / "waiting.stderr"
+        waiting = apply(remote.work, state, "--wait", stderr=log)
+        # It waits (however long its start takes on a loaded machine), and goes on waiting.
+        assert wait_until(
+            lambda: (
+                "Waiting for the lock of fleet home, held by daemon on box-a" in log.read_text()
+            ),
+            timeout=60,
+        ), log.read_text()
+        time.sleep(2)
         assert waiting.poll() is None, waiting.communicate()
         stopped = time.monotonic()
         daemon.stop()
         assert daemon.proc.returncode == 0, daemon.output()
-        out, err = waiting.communicate(timeout=60)
+        out, _ = waiting.communicate(timeout=60)
+        err = log.read_text()
         assert time.monotonic() - stopped < 30
         assert waiting.returncode == 0, out + err
-        assert "Waiting for the lock of fleet home, held by daemon on box-a" in err
         assert "No changes" in out
     finally:
         daemon.stop()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
-from collections.abc import Callable
+import secrets
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,21 @@ from reconciler.model.vm import VmSpec
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
-def fleet_repo(root: Path, host: Host, *, fleet: str = "it") -> Path:
+# Loopback, port 9: sizing the image before a check gets a refusal at once (no DNS, no
+# traffic off the box) and the image's size stays unknown, as for a source that is down.
+IMAGE_URL = "http://127.0.0.1:9/blank.qcow2"
+IMAGE_SHA = "ab" * 32
+
+
+def fleet_repo(
+    root: Path,
+    host: Host,
+    *,
+    fleet: str = "it",
+    image: str = "blank",
+    url: str = IMAGE_URL,
+    sha256: str = IMAGE_SHA,
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "fleet.yaml").write_text(
         f"""apiVersion: proxyfleet/v1
@@ -29,9 +46,9 @@ metadata:
   name: {fleet}
 spec:
   images:
-    blank:
-      url: https://images.example.invalid/blank.qcow2
-      sha256: abababababababababababababababababababababababababababababababab
+    {image}:
+      url: {url}
+      sha256: {sha256}
       format: qcow2
   machineTypes:
     tiny:
@@ -219,3 +236,93 @@ def test_hosts_check_counts_the_largest_disk_at_the_fleets_disk_overcommit_as_pl
     out = capsys.readouterr().out
     assert code == 2, out
     assert f"needs {big:.1f} GiB for one VM of the largest machine type (tiny: {big} GiB" in out
+
+
+class _Sized(http.server.BaseHTTPRequestHandler):
+    """Answers HEAD with the Content-Length the test gives (the image it would serve)."""
+
+    length = 0
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(self.length))
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def image_server() -> Iterator[tuple[str, type[_Sized]]]:
+    handler = type("Sized", (_Sized,), {})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/hc.qcow2", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def test_hosts_check_fails_a_pool_without_room_for_the_base_images_it_lacks_with_the_numbers(
+    host: Host,
+    pool: tuple[str, Path],
+    ssh_keys: SshKeys,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    local_conn: Any,
+    image_server: tuple[str, type[_Sized]],
+) -> None:
+    # The image is as large as the pool's free space less half a GiB: one VM of 1 GiB
+    # fits without it, not with it. Once the pool holds the verified base (the base and
+    # its marker), the same pool passes.
+    url, handler = image_server
+    local_conn.storagePoolLookupByName(host.pool).refresh(0)
+    free = local_conn.storagePoolLookupByName(host.pool).info()[3]
+    assert free > 2 * 2**30, "the test pool's filesystem needs 2 GiB free"
+    handler.length = free - 2**29
+    sha = secrets.token_hex(32)  # a base name no other test shares
+    repo = fleet_repo(tmp_path / "repo", host, image="hcimage", url=url, sha256=sha)
+    state = tmp_path / "state"
+    args = ["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name]
+    args += ["--state-dir", str(state)]
+
+    code = main(args)
+    out = capsys.readouterr().out
+
+    assert code == 2, out
+    needs = (handler.length + 2**30) / 2**30
+    assert (
+        f"needs {needs:.1f} GiB for one VM of the largest machine type (tiny: 1 GiB disk; "
+        f"tiny: 256 MiB) and the base images it lacks; base images not in the pool yet: "
+        f"hcimage {handler.length / 2**30:.1f} GiB"
+    ) in out
+    assert not (state / "images").exists() or not any((state / "images").iterdir())
+
+    base = pool[1] / f"base-hcimage-{sha[:12]}.qcow2"
+    try:
+        base.write_bytes(b"")
+        base.with_name(base.name + ".sha256").write_text(f"{sha}  {base.name}\n")
+        code = main(args)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "base images not in the pool yet" not in out
+    finally:
+        base.unlink(missing_ok=True)
+        base.with_name(base.name + ".sha256").unlink(missing_ok=True)
+        local_conn.storagePoolLookupByName(host.pool).refresh(0)
+
+
+def test_hosts_check_names_a_base_image_of_unknown_size_and_counts_the_vm(
+    host: Host, ssh_keys: SshKeys, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = fleet_repo(tmp_path / "repo", host)  # its image's source refuses: size unknown
+    args = ["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name]
+
+    code = main([*args, "--state-dir", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+
+    assert code == 0, out
+    assert "base images not in the pool yet: blank (size not known yet)" in out

@@ -63,6 +63,10 @@ FAILURES = (ToozError, OSError, Etcd3Exception)
 driver lets through (its heartbeat translates nothing)."""
 
 
+FILE_RECORD_SECONDS = 10**9
+"""How long the file driver counts a holder record nobody touches: for ever (~31 years)."""
+
+
 def default_url(state_dir: Path) -> str:
     """The file backend in the state dir: needs nothing, serves one box."""
     return f"file://{state_dir / 'locks'}"
@@ -75,6 +79,7 @@ def driver_url(url: str, ttl: float) -> str:
     ``timeout`` (one HTTP request) is a sixth of it so that a renewal that
     hangs gives up long before the lease could run out.
     ZooKeeper: ``timeout`` is the session timeout, ``ttl``.
+    file: ``timeout`` (how long an untouched member record counts) is for ever.
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in SCHEMES:
@@ -89,6 +94,12 @@ def driver_url(url: str, ttl: float) -> str:
         options.setdefault("timeout", str(max(1, int(ttl / 6))))
     elif parts.scheme == "zookeeper":
         options.setdefault("timeout", seconds)
+    else:
+        # The file driver (tooz >= 9) stops counting a group member whose file was not
+        # touched for ``timeout`` seconds (default 10); the lock's holder record is never
+        # touched (a flock needs no renewal), so without this it vanished 10 s after the
+        # lock was taken and refusals named nobody. Dead holders are told apart by pid.
+        options.setdefault("timeout", str(FILE_RECORD_SECONDS))
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(options)))
 
 

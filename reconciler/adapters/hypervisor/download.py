@@ -14,6 +14,10 @@ box, a secret or ``/dev/zero``, uploaded to every pool); ``http://`` only to
 loopback (the lab's local server). Redirects obey the same rule and never lead
 to ``file://``. A file must be a regular file once every link is resolved.
 
+``size`` tells an image's size without downloading it (placement counts a
+base a host lacks): the cached copy's, a ``file://`` image's, or the
+Content-Length of one HEAD request; None when none of them tells.
+
 Every download is capped at ``max_bytes``: a larger Content-Length is refused
 before the first byte, a body that grows past it is cut off.
 
@@ -57,6 +61,8 @@ _PARTIAL_PREFIX = ".partial-"
 # A partial file untouched this long was left by a process that died mid-download.
 _STALE_PARTIAL_SECONDS = 6 * 3600
 _TRANSIENT_HTTP = frozenset({408, 425, 429})
+HEAD_TIMEOUT = 10.0
+"""Seconds a HEAD request for an image's size may take: it runs before planning."""
 DEFAULT_MAX_BYTES = 16 * 1024**3
 """Bytes: the largest image the cache downloads (16 GiB; cloud images are under 1 GiB)."""
 
@@ -118,6 +124,38 @@ class ImageCache:
                 return cached
             self._sweep_partials()
             return self._download(image, final)
+
+    def size(self, image: Image) -> int | None:
+        """Bytes of ``image`` without downloading it; None when that cannot be told.
+
+        Cost: a stat and a sidecar read when the cache holds a verified copy
+        (the exact size); otherwise a stat for a ``file://`` URL, or one HEAD
+        request (``HEAD_TIMEOUT`` at most) whose Content-Length is taken as told.
+        """
+        final = self.path_for(image)
+        try:
+            check_url(image.url, allowed_file_dirs=self._allowed)
+            stat = final.stat()
+        except PermanentError as exc:
+            log.info("Image %s: size not known: %s", image.key, exc)
+            return None
+        except OSError:
+            pass
+        else:
+            sidecar = _sidecar(final)
+            sha = _read_sidecar(
+                sidecar, url=image.url, size=stat.st_size, mtime_ns=stat.st_mtime_ns
+            )
+            expected = _expected(image)
+            if sha is not None and (expected is None or sha == expected):
+                return stat.st_size
+        try:
+            return _source_length(
+                image, timeout=min(self._timeout, HEAD_TIMEOUT), allowed=self._allowed
+            )
+        except HostError as exc:
+            log.info("Image %s: size not known before the download: %s", image.key, exc)
+            return None
 
     def _sweep_partials(self) -> None:
         """Remove partial downloads a crashed process left behind (by age)."""
@@ -315,6 +353,48 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
+def _source_length(image: Image, *, timeout: float, allowed: Sequence[Path]) -> int | None:
+    """The size of ``image`` at its source: a file's size, or a HEAD's Content-Length."""
+    if urllib.parse.urlsplit(image.url).scheme.lower() == "file":
+        path = allowed_file(image.url, allowed)
+        try:
+            info = path.stat()
+        except OSError as exc:
+            raise PermanentError(f"image {image.key}: cannot read {path}: {exc}") from exc
+        return info.st_size if S_ISREG(info.st_mode) else None
+    request = _request(image, method="HEAD")
+    with _opened(image, request, timeout=timeout) as response:
+        length = response.headers.get("Content-Length")
+        return int(length) if length and length.isdigit() else None
+
+
+def _request(image: Image, *, method: str = "GET") -> urllib.request.Request:
+    headers = {"User-Agent": f"proxyfleet/{__version__}"}
+    return urllib.request.Request(image.url, headers=headers, method=method)
+
+
+def _opened(
+    image: Image, request: urllib.request.Request, *, timeout: float
+) -> http.client.HTTPResponse:
+    """The response to ``request``, redirects checked; errors classified."""
+    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
+    if (urllib.parse.urlsplit(image.url).hostname or "") in LOOPBACK_HOSTS:
+        handlers.append(urllib.request.ProxyHandler({}))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        response: http.client.HTTPResponse = opener.open(request, timeout=timeout)
+    except HostError:
+        raise
+    except urllib.error.HTTPError as exc:
+        cls = TransientError if exc.code >= 500 or exc.code in _TRANSIENT_HTTP else PermanentError
+        raise cls(f"image {image.key}: {redact(image.url)} answered HTTP {exc.code}") from exc
+    except urllib.error.URLError as exc:
+        raise _network_error(image, exc.reason) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise _network_error(image, exc) from exc
+    return response
+
+
 @contextlib.contextmanager
 def _open_source(
     image: Image, *, timeout: float, allowed: Sequence[Path]
@@ -333,22 +413,7 @@ def _open_source(
                 raise PermanentError(f"image {image.key}: {path} is not a regular file")
             yield handle, info.st_size
         return
-    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects()]
-    if (parts.hostname or "") in LOOPBACK_HOSTS:
-        handlers.append(urllib.request.ProxyHandler({}))
-    opener = urllib.request.build_opener(*handlers)
-    request = urllib.request.Request(image.url, headers={"User-Agent": f"proxyfleet/{__version__}"})
-    try:
-        response = opener.open(request, timeout=timeout)
-    except HostError:
-        raise
-    except urllib.error.HTTPError as exc:
-        cls = TransientError if exc.code >= 500 or exc.code in _TRANSIENT_HTTP else PermanentError
-        raise cls(f"image {image.key}: {redact(image.url)} answered HTTP {exc.code}") from exc
-    except urllib.error.URLError as exc:
-        raise _network_error(image, exc.reason) from exc
-    except (OSError, http.client.HTTPException) as exc:
-        raise _network_error(image, exc) from exc
+    response = _opened(image, _request(image), timeout=timeout)
     with response:
         length = response.headers.get("Content-Length")
         yield response, int(length) if length and length.isdigit() else None

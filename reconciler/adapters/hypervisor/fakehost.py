@@ -37,6 +37,7 @@ from pathlib import Path
 
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
+from reconciler.model.inventory import Capacity
 from reconciler.model.vm import (
     VmSpec,
     base_marker_name,
@@ -85,6 +86,8 @@ class FakeHypervisor:
         """domain -> the volumes its disks name."""
         self.calls: list[Call] = []
         self.mutations: list[Call] = []
+        self.capacity: Capacity | None = None
+        """What ``observe`` reports the host has (None: not read, as an old inventory)."""
         self.unreachable = False
         self.closed = 0
         self.on_call: Callable[[Call], None] | None = None
@@ -131,7 +134,13 @@ class FakeHypervisor:
         with self._lock:
             domains = tuple(sorted(self.domains.values(), key=lambda d: d.name))
             volumes = tuple(sorted(self.volumes))
-        return HostInventory(name=self._name, reachable=True, domains=domains, volumes=volumes)
+        return HostInventory(
+            name=self._name,
+            reachable=True,
+            domains=domains,
+            volumes=volumes,
+            capacity=self.capacity,
+        )
 
     def ensure_image(self, image: Image, local_file: Path) -> None:
         call = Call("ensure_image", image.key)

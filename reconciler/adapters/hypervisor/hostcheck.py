@@ -2,11 +2,13 @@
 
 One report per host: SSH + libvirt reachability (and which way the socket is
 forwarded), libvirt and QEMU versions, the storage pool (present, active,
-free space), the network or bridge, OVMF for UEFI guests (from the domain
-capabilities of the host's domain type on q35), capacity (CPUs, memory), and
-whether KVM is usable (``adapters.hypervisor.kvmprobe`` boots a throw-away guest; a
-failure fails the check only on a host whose ``domainType`` is kvm). Each item
-is checked on its own, so one failure does not hide the others.
+free space: room for the fleet's base images it does not hold yet plus one VM
+of the largest machine type), the network or bridge, OVMF for UEFI guests
+(from the domain capabilities of the host's domain type on q35), capacity
+(CPUs, memory), and whether KVM is usable (``adapters.hypervisor.kvmprobe``
+boots a throw-away guest; a failure fails the check only on a host whose
+``domainType`` is kvm). Each item is checked on its own, so one failure does
+not hide the others.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import libvirt
 from reconciler.adapters.hypervisor.kvmprobe import probe_kvm
 from reconciler.errors import HostError, PermanentError
 from reconciler.model.fleet import DomainType
+from reconciler.model.vm import base_marker_name
 
 if TYPE_CHECKING:
     from reconciler.adapters.hypervisor.baseimage import BaseImages
@@ -60,13 +63,44 @@ def version_text(number: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class BaseNeed:
+    """A base image of the fleet, uploaded into a pool that does not hold it yet."""
+
+    key: str
+    volume: str
+    """The base volume's name in the pool (``base_volume_name``)."""
+    size_bytes: int | None
+    """Bytes it takes once uploaded; None when not known yet (not cached, source silent)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Need:
-    """Room one more VM needs on a host: the fleet's largest machine type."""
+    """Room a host needs: the fleet's base images it lacks, plus one VM of the fleet's
+    largest machine type."""
 
     disk_bytes: int = 0
     memory_mib: int = 0
     what: str = ""
     """Which machine type, for the message (``large: 4 vCPUs, 8 GiB, 40 GiB disk``)."""
+    images: tuple[BaseNeed, ...] = ()
+    """The fleet's images; those whose verified base (base and marker) the pool lacks count."""
+
+
+def _missing(images: tuple[BaseNeed, ...], volumes: set[str]) -> list[BaseNeed]:
+    return [
+        b for b in images if b.volume not in volumes or base_marker_name(b.volume) not in volumes
+    ]
+
+
+def _uploads(missing: list[BaseNeed]) -> str:
+    """``base images not in the pool yet: debian 0.3 GiB, alpine (size not known yet)``."""
+    parts = [
+        f"{b.key} {b.size_bytes / 2**30:.1f} GiB"
+        if b.size_bytes is not None
+        else f"{b.key} (size not known yet)"
+        for b in missing
+    ]
+    return "base images not in the pool yet: " + ", ".join(parts)
 
 
 def check_host(
@@ -117,12 +151,22 @@ def check_host(
                 f"pool {host.pool!r} exists but is not active (virsh pool-start {host.pool})"
             )
         free, total = available / 2**30, capacity / 2**30
-        if available < need.disk_bytes:
+        missing: list[BaseNeed] = []
+        if need.images:
+            names = session.call(
+                "virStoragePoolListVolumes", lambda _c: handle.listVolumes(), pool=host.pool
+            )
+            missing = _missing(need.images, set(names))
+        uploads = f"; {_uploads(missing)}" if missing else ""
+        needed = need.disk_bytes + sum(b.size_bytes or 0 for b in missing)
+        if available < needed:
             raise _Failed(
                 f"pool {host.pool!r}: {free:.1f} GiB free of {total:.1f} GiB, needs "
-                f"{need.disk_bytes / 2**30:.1f} GiB for one VM of {need.what}"
+                f"{needed / 2**30:.1f} GiB for one VM of {need.what}"
+                + (" and the base images it lacks" if missing else "")
+                + uploads
             )
-        return f"pool {host.pool!r} active, {free:.1f} GiB free of {total:.1f} GiB"
+        return f"pool {host.pool!r} active, {free:.1f} GiB free of {total:.1f} GiB{uploads}"
 
     def network() -> str:
         kind, name = host.network.kind, host.network.name

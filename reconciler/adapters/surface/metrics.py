@@ -3,14 +3,21 @@
 ``Metrics.record`` is called once per cycle with its RunReport;
 ``Metrics.observe_rpc`` is the hook the host adapter's tracer is given (it is
 injected, never imported there) to time every libvirt call.
+
+A daemon serving several fleets keeps one ``Metrics`` per fleet and serves
+``FleetMetrics``: every series of every fleet, with a ``fleet`` label added
+(``proxyfleet_leader`` has its own already; ``proxyfleet_build_info`` once).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from reconciler import __version__
 from reconciler.model.plan import ActionKind
@@ -250,3 +257,39 @@ class Metrics:
         """The text format, as served on /metrics."""
         with self._lock:
             return generate_latest(self.registry)
+
+    def families(self) -> list[Metric]:
+        """Every metric family now (what a scrape would read), consistent with one record."""
+        with self._lock:
+            return list(self.registry.collect())
+
+
+class FleetMetrics(Collector):
+    """The series of several fleets' ``Metrics`` as one exposition, labelled by fleet."""
+
+    def __init__(self, parts: Mapping[str, Metrics]) -> None:
+        self._parts = dict(parts)
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        merged: dict[str, Metric] = {}
+        for fleet, metrics in self._parts.items():
+            for family in metrics.families():
+                if family.name == "proxyfleet_build_info" and family.name in merged:
+                    continue
+                out = merged.setdefault(
+                    family.name,
+                    Metric(family.name, family.documentation, family.type, family.unit),
+                )
+                for sample in family.samples:
+                    labels = sample.labels
+                    if "fleet" not in labels and family.name != "proxyfleet_build_info":
+                        labels = {**labels, "fleet": fleet}
+                    out.add_sample(
+                        sample.name, labels, sample.value, sample.timestamp, sample.exemplar
+                    )
+        return list(merged.values())
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -15,20 +15,35 @@ carry the provenance recorded at creation: ``imageKey``, ``imageSha256``,
 ``imageBase`` (the base volume its overlay backs onto), ``revision``,
 ``created`` (strings) and ``protect`` (bool); they are written only when set.
 ``volumes`` (optional, default none) names the volumes of the
-host's pool. An unreachable host lists no domains and no volumes. Parsing collects every
-problem, each naming the file and the field (``hosts[1].domains[0].state``),
-and raises one InvalidInput.
+host's pool. An unreachable host lists no domains and no volumes. A reachable
+host may carry ``capacity`` (``cpus``, ``memoryMiB``, ``poolCapacityBytes``,
+``poolAvailableBytes``), and the document ``baseSizes``: bytes by base volume
+name, for the bases a plan may upload (a base not listed: size not known yet).
+
+``schemas/inventory.schema.json`` states the shape; what a schema cannot say
+(a host or a domain listed twice) is checked here. Parsing collects every
+problem, each naming the file, line, column and field
+(``hosts[1].domains[0].state``), and raises one InvalidInput.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+from reconciler.core.load.jsonload import load_json
+from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
-from reconciler.model.inventory import Capacity
+from reconciler.model.inventory import BaseSize, Capacity
+
+SCHEMA_FILE = "inventory.schema.json"
 
 _OWNER_EXTRA = (
     ("imageKey", "image_key"),
@@ -37,7 +52,6 @@ _OWNER_EXTRA = (
     ("revision", "revision"),
     ("created", "created"),
 )
-_STATES = ", ".join(s.value for s in DomainState)
 
 
 def load_inventory(path: Path) -> Inventory:
@@ -50,21 +64,23 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def parse_inventory(text: str, *, file: str) -> Inventory:
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            [Problem(file, exc.lineno, exc.colno, "", f"not JSON: {exc.msg}")]
-        ) from exc
-    reader = _Reader(file)
-    inventory = reader.inventory(document)
-    if reader.problems:
-        raise InvalidInput(reader.problems)
-    return inventory
+    """The inventory in ``text`` (the content of ``file``); InvalidInput lists every problem:
+    the schema's first, in the order of the file, then hosts or domains listed twice."""
+    document, broken = load_json(text, file)
+    if document is None:
+        raise InvalidInput([broken] if broken is not None else [])
+    problems = _schema_problems(document)
+    problems.extend(_duplicates(document))
+    if problems:
+        raise InvalidInput(problems)
+    return _inventory(document.data)
 
 
 def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
-    return {"hosts": [_host_to_dict(h) for h in inventory.hosts]}
+    out: dict[str, Any] = {"hosts": [_host_to_dict(h) for h in inventory.hosts]}
+    if inventory.base_sizes:
+        out["baseSizes"] = {b.volume: b.size_bytes for b in inventory.base_sizes}
+    return out
 
 
 def dump_inventory(inventory: Inventory) -> str:
@@ -114,181 +130,135 @@ def _domain_to_dict(domain: Domain) -> dict[str, Any]:
     return found
 
 
-class _Reader:
-    """Walks the decoded JSON, collecting problems instead of stopping at the first."""
+def _whole(_checker: object, instance: object) -> bool:
+    """JSON Schema counts 1.0 as an integer; a count in this file is written without a point."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.problems: list[Problem] = []
 
-    def problem(self, field: str, message: str) -> None:
-        self.problems.append(Problem(self.file, 0, 0, field, message))
+_Validator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole),
+)
 
-    def inventory(self, document: object) -> Inventory:
-        if not isinstance(document, dict):
-            self.problem("", "must be an object with a 'hosts' list")
-            return Inventory()
-        self.unknown_keys(document, {"hosts"}, "")
-        raw_hosts = document.get("hosts")
-        if not isinstance(raw_hosts, list):
-            self.problem("hosts", "must be a list")
-            return Inventory()
-        hosts: list[HostInventory] = []
+
+@cache
+def _validator() -> Any:
+    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
+    return _Validator(json.loads(text))
+
+
+def _schema_problems(document: Document) -> list[Problem]:
+    """Every schema error as a Problem in the format's own words, one per field."""
+    errors = list(_validator().iter_errors(document.data))
+    typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    found: dict[tuple[int, int, str], Problem] = {}
+    for error in errors:
+        path = tuple(error.absolute_path)
+        if path in typed and error.validator != "type":
+            continue  # a value of the wrong type: its type is the one thing to say
+        for problem in _problems(document, error, path):
+            found.setdefault((problem.line, problem.column, problem.field), problem)
+    return [found[key] for key in sorted(found)]
+
+
+def _problems(document: Document, error: ValidationError, path: FieldPath) -> Iterator[Problem]:
+    sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    hint = sub.get("x-message")
+    instance = error.instance
+
+    def at(where: FieldPath, message: str, *, key: bool = False) -> Problem:
+        mark = document.key_mark(where) if key else document.value_mark(where)
+        return Problem(document.file, mark.line, mark.column, format_path(where), message)
+
+    if "propertyNames" in error.absolute_schema_path:
+        yield at((*path, str(instance)), hint or error.message, key=True)
+    elif error.validator == "required" and isinstance(instance, dict):
+        properties = sub.get("properties", {})
+        for name in cast(list[str], error.validator_value):
+            if name not in instance:
+                missing = properties.get(name, {}).get("x-missing", "is required")
+                yield at((*path, name), missing)
+    elif error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = sub.get("properties", {})
+        for key in instance:
+            if key not in known:
+                yield at((*path, key), "is not a known field", key=True)
+    elif error.validator == "enum":
+        choices = ", ".join(str(c) for c in cast(list[object], error.validator_value))
+        yield at(path, f"{instance!r} is not one of {choices}")
+    else:
+        yield at(path, hint or error.message)
+
+
+def _duplicates(document: Document) -> Iterator[Problem]:
+    """Hosts, and domains of one host, listed twice: names are unique there."""
+
+    def listed_twice(items: object, at: FieldPath, what: str) -> Iterator[Problem]:
         seen: set[str] = set()
-        for i, raw in enumerate(raw_hosts):
-            host = self.host(raw, f"hosts[{i}]")
-            if host is None:
+        for index, item in enumerate(items if isinstance(items, list) else []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
                 continue
-            if host.name in seen:
-                self.problem(f"hosts[{i}].name", f"host {host.name!r} is listed twice")
-            seen.add(host.name)
-            hosts.append(host)
-        return Inventory(hosts=tuple(hosts))
+            if name in seen:
+                mark = document.value_mark((*at, index, "name"))
+                field = format_path((*at, index, "name"))
+                message = f"{what} {name!r} is listed twice"
+                yield Problem(document.file, mark.line, mark.column, field, message)
+            seen.add(name)
 
-    def host(self, raw: object, at: str) -> HostInventory | None:
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object")
-            return None
-        self.unknown_keys(raw, {"name", "reachable", "domains", "error", "volumes", "capacity"}, at)
-        name = self.string(raw, "name", at)
-        reachable = raw.get("reachable")
-        if not isinstance(reachable, bool):
-            self.problem(f"{at}.reachable", "must be true or false")
-        error = self.string(raw, "error", at, required=False)
-        raw_domains = raw.get("domains", [])
-        if not isinstance(raw_domains, list):
-            self.problem(f"{at}.domains", "must be a list")
-            raw_domains = []
-        if raw_domains and reachable is False:
-            self.problem(f"{at}.domains", "an unreachable host cannot list domains")
-        domains: list[Domain] = []
-        seen: set[str] = set()
-        for j, raw_domain in enumerate(raw_domains):
-            domain = self.domain(raw_domain, f"{at}.domains[{j}]")
-            if domain is None:
-                continue
-            if domain.name in seen:
-                self.problem(f"{at}.domains[{j}].name", f"domain {domain.name!r} is listed twice")
-            seen.add(domain.name)
-            domains.append(domain)
-        volumes = self.volumes(raw.get("volumes", []), f"{at}.volumes")
-        if volumes and reachable is False:
-            self.problem(f"{at}.volumes", "an unreachable host cannot list volumes")
-        capacity = self.capacity(raw.get("capacity"), f"{at}.capacity")
-        if name is None or not isinstance(reachable, bool):
-            return None
-        return HostInventory(
-            name=name,
-            reachable=reachable,
-            domains=tuple(domains),
-            error=error,
-            volumes=volumes,
-            capacity=capacity,
+    hosts = document.data.get("hosts") if isinstance(document.data, dict) else None
+    yield from listed_twice(hosts, ("hosts",), "host")
+    for index, host in enumerate(hosts if isinstance(hosts, list) else []):
+        if isinstance(host, dict):
+            yield from listed_twice(host.get("domains"), ("hosts", index, "domains"), "domain")
+
+
+def _inventory(data: dict[str, Any]) -> Inventory:
+    """The Inventory of a schema-valid document."""
+    sizes = sorted((data.get("baseSizes") or {}).items())
+    return Inventory(
+        hosts=tuple(_host(raw) for raw in data["hosts"]),
+        base_sizes=tuple(BaseSize(volume, size) for volume, size in sizes),
+    )
+
+
+def _host(raw: dict[str, Any]) -> HostInventory:
+    capacity = raw.get("capacity")
+    return HostInventory(
+        name=raw["name"],
+        reachable=raw["reachable"],
+        domains=tuple(_domain(d) for d in raw.get("domains", [])),
+        error=raw.get("error"),
+        volumes=tuple(raw.get("volumes", [])),
+        capacity=Capacity(
+            cpus=capacity["cpus"],
+            memory_mib=capacity["memoryMiB"],
+            pool_capacity_bytes=capacity["poolCapacityBytes"],
+            pool_available_bytes=capacity["poolAvailableBytes"],
         )
+        if capacity is not None
+        else None,
+    )
 
-    def volumes(self, raw: object, at: str) -> tuple[str, ...]:
-        if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
-            self.problem(at, "must be a list of volume names")
-            return ()
-        return tuple(raw)
 
-    def domain(self, raw: object, at: str) -> Domain | None:
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object")
-            return None
-        self.unknown_keys(raw, {"name", "state", "owner", "reason", "vcpus", "memoryMiB"}, at)
-        name = self.string(raw, "name", at)
-        state_text = self.string(raw, "state", at)
-        state: DomainState | None = None
-        if state_text is not None:
-            try:
-                state = DomainState(state_text)
-            except ValueError:
-                self.problem(f"{at}.state", f"{state_text!r} is not one of {_STATES}")
-        owner = self.owner(raw.get("owner"), f"{at}.owner")
-        reason = self.optional(raw, "reason", at)
-        vcpus, memory = (self.count(raw, key, at) for key in ("vcpus", "memoryMiB"))
-        if name is None or state is None:
-            return None
-        return Domain(
-            name=name, state=state, owner=owner, reason=reason, vcpus=vcpus, memory_mib=memory
-        )
+def _domain(raw: dict[str, Any]) -> Domain:
+    owner = raw.get("owner")
+    return Domain(
+        name=raw["name"],
+        state=DomainState(raw["state"]),
+        owner=_owner(owner) if owner is not None else None,
+        reason=raw.get("reason") or "",
+        vcpus=raw.get("vcpus"),
+        memory_mib=raw.get("memoryMiB"),
+    )
 
-    def capacity(self, raw: object, at: str) -> Capacity | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object")
-            return None
-        keys = ("cpus", "memoryMiB", "poolCapacityBytes", "poolAvailableBytes")
-        self.unknown_keys(raw, set(keys), at)
-        values = [self.count(raw, key, at) for key in keys]
-        for key, value in zip(keys, values, strict=True):
-            if value is None:
-                self.problem(f"{at}.{key}", "is required")
-        cpus, memory, size, available = values
-        if cpus is None or memory is None or size is None or available is None:
-            return None
-        return Capacity(
-            cpus=cpus, memory_mib=memory, pool_capacity_bytes=size, pool_available_bytes=available
-        )
 
-    def count(self, raw: dict[str, Any], key: str, at: str) -> int | None:
-        value = raw.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self.problem(f"{at}.{key}", "must be a whole number, 0 or more")
-            return None
-        return value
-
-    def owner(self, raw: object, at: str) -> Owner | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object or null")
-            return None
-        known = {"fleet", "proxy", "digest", "protect", *(key for key, _ in _OWNER_EXTRA)}
-        self.unknown_keys(raw, known, at)
-        fleet = self.string(raw, "fleet", at)
-        proxy = self.string(raw, "proxy", at)
-        digest = self.string(raw, "digest", at)
-        extra = {attr: self.optional(raw, key, at) for key, attr in _OWNER_EXTRA}
-        protect = raw.get("protect", False)
-        if not isinstance(protect, bool):
-            self.problem(f"{at}.protect", "must be true or false")
-            protect = False
-        if fleet is None or proxy is None or digest is None:
-            return None
-        return Owner(
-            fleet=fleet,
-            proxy=proxy,
-            digest=digest,
-            image_key=extra["image_key"],
-            image_sha256=extra["image_sha256"],
-            image_base=extra["image_base"],
-            revision=extra["revision"],
-            created=extra["created"],
-            protect=protect,
-        )
-
-    def optional(self, raw: dict[str, Any], key: str, at: str) -> str:
-        return self.string(raw, key, at, required=False) or ""
-
-    def string(
-        self, raw: dict[str, Any], key: str, at: str, *, required: bool = True
-    ) -> str | None:
-        value = raw.get(key)
-        field = f"{at}.{key}" if at else key
-        if value is None:
-            if required:
-                self.problem(field, "is required")
-            return None
-        if not isinstance(value, str) or (required and not value):
-            self.problem(field, "must be a non-empty string" if required else "must be a string")
-            return None
-        return value
-
-    def unknown_keys(self, raw: dict[str, Any], known: set[str], at: str) -> None:
-        for key in sorted(set(raw) - known):
-            self.problem(f"{at}.{key}" if at else key, "is not a known field")
+def _owner(raw: dict[str, Any]) -> Owner:
+    extra = {attr: raw.get(key) or "" for key, attr in _OWNER_EXTRA}
+    return Owner(
+        fleet=raw["fleet"],
+        proxy=raw["proxy"],
+        digest=raw["digest"],
+        protect=raw.get("protect", False),
+        **extra,
+    )

@@ -24,6 +24,7 @@ from reconciler.model.settings import (
     ConcurrencySettings,
     CoordinationSettings,
     DaemonSettings,
+    FleetSettings,
     ImageSettings,
     ListenSettings,
     LogSettings,
@@ -62,7 +63,10 @@ def parse_settings(text: str, *, name: str, base: Path) -> DaemonSettings:
         raise ConfigError(str(Problem(name, 1, 1, "", "the config must be one YAML mapping")))
     doc = documents[0]
     found = sorted(
-        (_problem(doc, err) for err in _validator().iter_errors(doc.data)),
+        [
+            *(_problem(doc, err) for err in _validator().iter_errors(doc.data)),
+            *_fleets_problems(doc),
+        ],
         key=lambda p: (p.line, p.column, p.field),
     )
     if found:
@@ -103,29 +107,13 @@ def _path(value: str | None, base: Path) -> Path | None:
 
 
 def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
-    repo = dict(_pairs(doc, "repo"))
-    url = str(repo["url"])
-    if url.startswith("."):
-        url = str((base / url).resolve())
     ssh = dict(_pairs(doc, "ssh"))
     defaults = SshSettings()
     host, _, port = str(doc.get("listen", "127.0.0.1:9477")).rpartition(":")
-    status = dict(_pairs(doc, "status"))
     log = dict(_pairs(doc, "log"))
+    coordination = dict(_pairs(doc, "coordination"))
     return DaemonSettings(
-        repo=RepoSettings(
-            url=url,
-            branch=str(repo.get("branch", "main")),
-            path=str(repo.get("path", ".")),
-            ssh_key_file=_path(repo.get("sshKeyFile"), base),
-            known_hosts_file=_path(repo.get("knownHostsFile"), base),
-            verify_commits=bool(repo.get("verifyCommits", False)),
-            allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
-            fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
-            max_file_bytes=int(repo.get("maxFileBytes", 1024 * 1024)),
-            max_repo_bytes=int(repo.get("maxRepoBytes", 64 * 1024 * 1024)),
-            allow_non_fast_forward=bool(repo.get("allowNonFastForward", False)),
-        ),
+        repo=_repo(doc.get("repo") or {"url": ""}, base),
         interval=durations.seconds(doc.get("interval", 300)),
         jitter=float(doc.get("jitter", 0.1)),
         ssh=SshSettings(
@@ -141,13 +129,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         webhook=WebhookSettings(
             secret_file=_path(dict(_pairs(doc, "webhook")).get("secretFile"), base)
         ),
-        status=StatusSettings(
-            enabled=bool(status.get("enabled", True)),
-            branch=str(status.get("branch", "proxyfleet-status")),
-            path=str(status.get("path", ".proxyfleet")),
-            history=int(status.get("history", 10)),
-            push_attempts=int(status.get("pushAttempts", 3)),
-        ),
+        status=_status(doc.get("status") or {}),
         log=LogSettings(
             level=str(log.get("level", "info")), format=str(log.get("format", "logfmt"))
         ),
@@ -159,11 +141,78 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         fleet=str(doc["fleet"]) if "fleet" in doc else None,
         delete_window=float(doc.get("deleteWindowSeconds", 3600)),
         coordination=CoordinationSettings(
-            url=str(dict(_pairs(doc, "coordination")).get("url", "")),
-            ttl=float(dict(_pairs(doc, "coordination")).get("ttlSeconds", 20)),
+            url=str(coordination.get("url", "")),
+            ttl=float(coordination.get("ttlSeconds", 20)),
+            member=str(coordination.get("member", "")),
         ),
         state_dir=_path(doc.get("stateDir"), base) or Path("/var/lib/proxyfleet"),
+        fleets=tuple(
+            FleetSettings(
+                fleet=str(entry["fleet"]),
+                repo=_repo(entry["repo"], base),
+                status=_status(entry.get("status") or {}),
+            )
+            for entry in doc.get("fleets") or ()
+        ),
     )
+
+
+def _repo(repo: Mapping[str, Any], base: Path) -> RepoSettings:
+    url = str(repo["url"])
+    if url.startswith("."):
+        url = str((base / url).resolve())
+    return RepoSettings(
+        url=url,
+        branch=str(repo.get("branch", "main")),
+        path=str(repo.get("path", ".")),
+        ssh_key_file=_path(repo.get("sshKeyFile"), base),
+        known_hosts_file=_path(repo.get("knownHostsFile"), base),
+        verify_commits=bool(repo.get("verifyCommits", False)),
+        allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
+        fetch_timeout=float(repo.get("fetchTimeoutSeconds", 120)),
+        max_file_bytes=int(repo.get("maxFileBytes", 1024 * 1024)),
+        max_repo_bytes=int(repo.get("maxRepoBytes", 64 * 1024 * 1024)),
+        allow_non_fast_forward=bool(repo.get("allowNonFastForward", False)),
+    )
+
+
+def _status(status: Mapping[str, Any]) -> StatusSettings:
+    return StatusSettings(
+        enabled=bool(status.get("enabled", True)),
+        branch=str(status.get("branch", "proxyfleet-status")),
+        path=str(status.get("path", ".proxyfleet")),
+        history=int(status.get("history", 10)),
+        push_attempts=int(status.get("pushAttempts", 3)),
+    )
+
+
+def _fleets_problems(doc: Document) -> list[Problem]:
+    """What the schema cannot say: ``repo`` or ``fleets`` (one of them), fleet ids unique."""
+    data = doc.data
+    assert isinstance(data, Mapping)
+    fleets = data.get("fleets")
+    if fleets is None:
+        if "repo" in data:
+            return []
+        return [Problem(doc.file, 1, 1, "", "missing required field 'repo' (or 'fleets')")]
+    found = []
+    for key in ("repo", "fleet", "status"):
+        if key in data:
+            mark = doc.key_mark((key,))
+            message = "not allowed beside 'fleets': give each fleet its own under fleets[]"
+            found.append(Problem(doc.file, mark.line, mark.column, key, message))
+    seen: set[str] = set()
+    for i, entry in enumerate(fleets if isinstance(fleets, list) else []):
+        name = entry.get("fleet") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and name in seen:
+            mark = doc.key_mark(("fleets", i, "fleet"))
+            path = format_path(("fleets", i, "fleet"))
+            found.append(
+                Problem(doc.file, mark.line, mark.column, path, f"fleet {name!r} is listed twice")
+            )
+        if isinstance(name, str):
+            seen.add(name)
+    return found
 
 
 def _images(images: Mapping[str, Any]) -> ImageSettings:

@@ -473,7 +473,7 @@ class _Planner:
                 domain=name,
                 digest=digest,
             )
-        placed, why = self._place(proxy, made.machine_type, prefer=prefer)
+        placed, why = self._place(proxy, made, prefer=prefer)
         if placed is None:
             return stop(why)
         host = placed
@@ -482,10 +482,11 @@ class _Planner:
         if len(name) > MAX_DOMAIN_NAME:
             too_long = f"domain name is longer than {MAX_DOMAIN_NAME} characters"
             return stop(too_long, host=host, domain=name, digest=digest)
+        note = self.room.base_note(host, made.image)
         self.load[host] += 1
-        self.room.take(host, made.machine_type)
+        self.room.take(host, made.machine_type, made.image)
         vm = self._new(proxy, made, host)
-        reason = f"new VM {why}"
+        reason = f"new VM {why}" + (f"; {note}" if note else "")
         if replaces is None:
             return Create(
                 reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
@@ -565,9 +566,7 @@ class _Planner:
             return [pin] if pin in self.hosts else []
         return self.zones.get(proxy.placement.zone, [])
 
-    def _place(
-        self, proxy: Proxy, machine: MachineType, *, prefer: str | None
-    ) -> tuple[str | None, str]:
+    def _place(self, proxy: Proxy, made: _Made, *, prefer: str | None) -> tuple[str | None, str]:
         """The host a new VM goes to (and why), or None and the reason there is none."""
         zone, pin = proxy.placement.zone, proxy.placement.host
         candidates = self._targets(proxy)
@@ -576,7 +575,9 @@ class _Planner:
                 return None, f"pinned host {pin} is not in fleet.yaml"
             return None, f"zone {zone} has no hosts in fleet.yaml"
         counted = [h for h in candidates if h in self.reachable and self._has_room(h)]
-        short = {h: self.room.shortfall(self.hosts[h], machine) for h in counted}
+        short = {
+            h: self.room.shortfall(self.hosts[h], made.machine_type, made.image) for h in counted
+        }
         free = [h for h in counted if not short[h]]
         if prefer in free:
             return prefer, f"on {prefer}, beside the VM it replaces"
