@@ -490,8 +490,12 @@ def down_host(host: HostLayout, *, keep_state: bool = False) -> None:
     _terminate([p.pid for p in processes_in_netns(host.netns)], timeout=10)
     if netns_exists(host.netns):
         run("ip", "netns", "del", host.netns)
+    # Deleting the netns takes the veth pair with it, asynchronously: the root end may
+    # still be listed and gone by the time it is deleted ("Cannot find device").
     if link_exists(host.veth_root):
-        run("ip", "link", "del", host.veth_root)
+        run("ip", "link", "del", host.veth_root, check=False)
+    if link_exists(host.veth_root):
+        raise LabError(f"{host.name}: link {host.veth_root} is still there")
     run("ip", "route", "del", host.guest_subnet, check=False)
     if not keep_state:
         shutil.rmtree(host.state, ignore_errors=True)
