@@ -12,14 +12,15 @@ that fetches the lab's probe URL through that squid. The fleet's
 - Each measured run changes the image key's ``url`` and ``sha256`` to the
   other of two byte-different copies of the lab image (the lab image itself,
   and a copy ``qemu-img convert``-ed once with zstd compression instead of
-  zlib, cached beside it in the image directory the lab's image server
-  serves), commits, and times ``proxyfleet apply --yes --json``: the new base
-  is uploaded and every proxy replaced through the rollout, batch after
-  batch, each new VM health-gated before its old one goes. Meanwhile a thread
-  samples about every 2 s how many of the N proxies answer through squid: it
-  sends the probe URL through every address in the host's DHCP leases and
-  reads which proxy answered from squid's ``Via`` header (``visible_hostname``
-  is the proxy's name), so a proxy counts while its old *or* its new VM serves.
+  zlib, ``lab.imageupdate.recompressed``, cached beside it in the image
+  directory the lab's image server serves), commits, and times ``proxyfleet
+  apply --yes --json``: the new base is uploaded and every proxy replaced
+  through the rollout, batch after batch, each new VM health-gated before its
+  old one goes. Meanwhile a thread (``lab.answering.Answering``) samples about
+  every 2 s how many of the N proxies answer through squid: it sends the probe
+  URL through every address in the host's DHCP leases and reads which proxy
+  answered from squid's ``Via`` header (``visible_hostname`` is the proxy's
+  name), so a proxy counts while its old *or* its new VM serves.
 - Reported per run: the rollout's wall time; the least number answering at any
   sample; the number of batches (the plan's highest replace batch); one VM's
   create-to-healthy time, the median ``durationSeconds`` of the run's replaces
@@ -37,19 +38,13 @@ Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_rollout
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +62,8 @@ from benchmarks.common import (
     lab_ssh,
     lab_up,
 )
+from lab import imagebuild, imageupdate
+from lab.answering import EVERY, Answering
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image
 from reconciler.model.vm import base_volume_name
@@ -75,11 +72,8 @@ FLEET = "ro"
 IMAGE_KEY = "debian12-bios"
 MACHINE = (1, 512, 4)
 """vCPUs, MiB, GiB: what the lab tests give a squid guest."""
-SAMPLE_EVERY = 2.0
-PROBE_TIMEOUT = 5.0
 HEALTHY_WAIT = 1800.0
 """How long the warm-up waits for every created proxy to answer."""
-ZSTD_CONVERT = ("qemu-img", "convert", "-c", "-o", "compression_type=zstd", "-O", "qcow2")
 VIA_NAME = re.compile(rf"\b({FLEET}-\d+)-v1")
 
 
@@ -92,35 +86,16 @@ class LabImage:
 # -- the second image -------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def second_image(lab: dict[str, Any]) -> LabImage:
-    """A byte-different copy of the lab image (same guest content, zstd clusters instead of
-    zlib), made once beside it in the image directory and served by the lab's image server."""
-    source = Path(lab["image"]["path"])
-    target = source.with_name(f"{source.stem}-zstd{source.suffix}")
-    marker = target.with_name(target.name + ".sha256")
-    with (source.parent / ".rollout-image.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target.exists() and marker.exists()):
-            tmp = target.with_name(target.name + ".tmp")
-            subprocess.run(
-                [*ZSTD_CONVERT, str(source), str(tmp)],
-                check=True,
-            )
-            sha = _sha256(tmp)
-            tmp.rename(target)
-            marker.write_text(f"{sha}  {target.name}\n")
-    sha = marker.read_text().split()[0]
-    if sha == lab["image"]["sha256"]:
-        raise SystemExit(f"{target} is byte-identical to the lab image; no update to roll")
-    return LabImage(lab["imageServer"].rstrip("/") + "/" + target.name, sha)
+    """A byte-different copy of the lab image (lab.imageupdate.recompressed), served by the
+    lab's image server."""
+    from lab import config
+
+    source = imagebuild.cached(config.IMAGES_DIR)
+    if source is None or str(source.path) != lab["image"]["path"]:
+        raise SystemExit(f"the lab image {lab['image']['path']} is not in {config.IMAGES_DIR}")
+    copy = imageupdate.recompressed(source)
+    return LabImage(lab["imageServer"].rstrip("/") + "/" + copy.path.name, copy.sha256)
 
 
 # -- the repo ---------------------------------------------------------------------
@@ -185,72 +160,6 @@ def write_fleet(repo: Path, lab: dict[str, Any], image: LabImage, rollout: str) 
     (repo / "fleet.yaml").write_text(
         text.replace(first["url"], image.url).replace(first["sha256"], image.sha256)
     )
-
-
-# -- answering through squid ------------------------------------------------------
-
-
-def probe(ip: str, url: str) -> str:
-    """The proxy whose squid at ``ip`` answered ``url`` with 204 ("" when none did)."""
-    handler = urllib.request.ProxyHandler({"http": f"http://{ip}:3128"})
-    opener = urllib.request.build_opener(handler)
-    try:
-        with opener.open(url, timeout=PROBE_TIMEOUT) as resp:
-            if int(resp.status) != 204:
-                return ""
-            found = VIA_NAME.search(resp.headers.get("Via", ""))
-            return found.group(1) if found else ""
-    except (urllib.error.URLError, OSError, ValueError):
-        return ""
-
-
-def leased(leases: Path) -> list[str]:
-    """Every address the host's dnsmasq has leased (old VMs' included: they just fail)."""
-    try:
-        lines = leases.read_text().splitlines()
-    except OSError:
-        return []
-    return sorted({line.split()[2] for line in lines if len(line.split()) >= 3})
-
-
-class Answering:
-    """Samples, every ``SAMPLE_EVERY`` s in a thread, which proxies answer through squid."""
-
-    def __init__(self, leases: Path, url: str) -> None:
-        self.leases = leases
-        self.url = url
-        self.samples: list[tuple[float, frozenset[str]]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=64)
-
-    def once(self) -> frozenset[str]:
-        ips = leased(self.leases)
-        found = self._pool.map(lambda ip: probe(ip, self.url), ips)
-        return frozenset(name for name in found if name)
-
-    def __enter__(self) -> Answering:
-        """Start sampling afresh (the samples of an earlier ``with`` are dropped)."""
-        self.samples = []
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            seen = self.once()
-            self.samples.append((time.time(), seen))
-            self._stop.wait(max(0.0, SAMPLE_EVERY - (time.monotonic() - began)))
 
 
 # -- proxyfleet -------------------------------------------------------------------
@@ -333,7 +242,7 @@ def main() -> int:
     ]
     hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
-    sampler = Answering(layout.state / "dnsmasq.leases", lab["probeUrl"])
+    sampler = Answering([layout.leases], lab["probeUrl"], VIA_NAME)
     wall: list[float] = []
     least: list[float] = []
     batches: list[float] = []
@@ -352,7 +261,7 @@ def main() -> int:
         while len(seen := sampler.once()) < args.proxies:
             if time.monotonic() > deadline:
                 raise SystemExit(f"only {len(seen)} of {args.proxies} answer after the creates")
-            time.sleep(SAMPLE_EVERY)
+            time.sleep(EVERY)
         ready = time.perf_counter() - began
         print(
             f"  warm-up: apply {seconds:.1f} s, all {args.proxies} answering after {ready:.1f} s",

@@ -105,6 +105,11 @@ class HostLayout:
         return HOSTS_DIR / self.name
 
     @property
+    def leases(self) -> Path:
+        """dnsmasq's lease file: every address the host's guests were given."""
+        return self.state / "dnsmasq.leases"
+
+    @property
     def hostkey(self) -> Path:
         return HOSTKEY_DIR / f"{self.name}_ed25519"
 

@@ -330,7 +330,7 @@ def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
                 "--group=root",
                 "--pid-file=/run/lab-dnsmasq.pid",
                 f"--dhcp-range={low},{high},255.255.255.0,1h",
-                f"--dhcp-leasefile={st / 'dnsmasq.leases'}",
+                f"--dhcp-leasefile={host.leases}",
                 "--dhcp-authoritative",
                 f"--log-facility={st / 'dnsmasq.log'}",
                 "--log-dhcp",

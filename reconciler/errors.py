@@ -9,6 +9,8 @@ where the outside world is met (an adapter), and never re-classified above it::
     ├── SourceError             the fleet repo cannot be fetched or its head is refused
     ├── CoordinationError       the coordination service (the fleet lock's backend) cannot
     │                           be used: unreachable, no quorum, bad URL
+    ├── ControlError            the running daemon cannot be asked over its control socket:
+    │                           none listens, the caller is refused, the answer is broken
     └── HostError               anything that went wrong talking to a hypervisor
         ├── TransientError      retry with backoff: link down, timeout, busy
         ├── PermanentError      report and stop retrying: bad key, refused host key,
@@ -64,6 +66,10 @@ class InvalidInput(ProxyfleetError):
 
 class ConfigError(ProxyfleetError):
     """The daemon's configuration file cannot be used."""
+
+
+class ControlError(ProxyfleetError):
+    """The daemon's control socket (``proxyfleet reconcile``/``get``/``info``) cannot be used."""
 
 
 class HostError(ProxyfleetError):

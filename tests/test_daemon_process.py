@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import json
+import os
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from daemonutil import wait_until
+from gitutil import git
+from lockprocs import ROOT, fleet_files, fleet_remote, start_daemon
+
+from reconciler.adapters.coordination.toozlock import default_url
 
 HERE = Path(__file__).parent
 
@@ -56,3 +64,89 @@ def test_proxyfleet_run_with_a_broken_config_exits_1_naming_file_and_line(tmp_pa
         f"{config}:3:1: interval: must be a number of seconds (at least 1) or a duration"
         in out.stderr
     )
+
+
+def proxyfleet(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reconciler", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_reconcile_get_and_info_ask_a_running_daemon_process_over_its_control_socket(
+    tmp_path: Path,
+) -> None:
+    """Issue 16: the real daemon (``serve``: git source, file lock, in-memory hypervisors) as
+    a process, asked by ``proxyfleet reconcile``/``get``/``info`` as processes; a second
+    daemon standing by for the same fleet says so and names the leader."""
+    remote = fleet_remote(tmp_path, 2)
+    mutations = tmp_path / "mutations.log"
+    with tempfile.TemporaryDirectory(prefix="pf-") as short:  # unix socket paths are short
+        state_a, state_b = Path(short) / "a", Path(short) / "b"
+        leader = start_daemon(
+            tmp_path, "box-a", repo_url=remote.url, log=mutations, state_dir=state_a
+        )
+        standby = None
+        try:
+            assert wait_until(leader.leads, timeout=60), leader.output()
+            sock = state_a / "control.sock"
+            assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+
+            done = proxyfleet("reconcile", "--state-dir", str(state_a))
+            revision = git(remote.work, "rev-parse", "HEAD")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "Run requested" in done.stderr
+            assert done.stdout.startswith(f"Run success at {revision[:12]} in "), done.stdout
+            assert "Ready; 2/2 proxies healthy." in done.stdout
+
+            got = proxyfleet("get", "--state-dir", str(state_a), "--json")
+            assert got.returncode == 0, got.stderr
+            answer = json.loads(got.stdout)
+            assert answer["role"] == "leader of fleet home"
+            proxies = {p["name"]: p for p in answer["status"]["proxies"]}
+            assert set(proxies) == {"web-1", "web-2"}
+            assert all(p["state"] == "running" and p["ip"] for p in proxies.values()), proxies
+            table = proxyfleet("get", "--state-dir", str(state_a))
+            assert table.returncode == 0
+            assert any(line.split()[:4] == ["web-1", "a", "kvm01", "running"]
+                       for line in table.stdout.splitlines()), table.stdout  # fmt: skip
+
+            info = proxyfleet("info", "web-1", "--state-dir", str(state_a))
+            assert info.returncode == 0, info.stderr
+            assert f"VM:            {proxies['web-1']['domain']}" in info.stdout
+            assert f"From commit:   {revision}" in info.stdout  # the VM's own metadata
+
+            remote.commit({"fleet.yaml": "kind: Fleet\nspec: [\n"}, "broken")
+            stalled = proxyfleet("reconcile", "--state-dir", str(state_a))
+            assert stalled.returncode == 2, stalled.stdout + stalled.stderr
+            assert stalled.stdout.startswith("Run stalled at "), stalled.stdout
+            assert "  problem: fleet.yaml:" in stalled.stdout
+
+            standby = start_daemon(
+                tmp_path,
+                "box-b",
+                repo_url=remote.url,
+                log=mutations,
+                coordination_url=default_url(state_a),
+                state_dir=state_b,
+            )
+            remote.commit(fleet_files(2), "fixed")
+            assert wait_until(standby.stands_by, timeout=60), standby.output()
+            asked = proxyfleet("reconcile", "--state-dir", str(state_b))
+            assert asked.returncode == 3, asked.stdout + asked.stderr
+            assert "this daemon stands by (standby for fleet home, led by daemon on box-a" in (
+                asked.stderr
+            ), standby.health() + standby.output()[-3000:]
+            listed = proxyfleet("get", "--state-dir", str(state_b))
+            assert listed.returncode == 3 and "led by daemon on box-a" in listed.stderr
+        finally:
+            if standby is not None:
+                standby.stop()
+            leader.stop()
+        assert leader.proc.returncode == 0, leader.output()
+        assert not (state_a / "control.sock").exists()

@@ -389,13 +389,16 @@ def test_progress_is_logged_with_bytes_and_rate(
         progress_interval=5.0,
         clock=lambda: float(next(ticks)),
     )
-    with caplog.at_level(logging.INFO, logger="reconciler.adapters.hypervisor.download"):
+    with caplog.at_level(logging.INFO, logger="reconciler.progress"):
         cache.fetch(image(server.url("/d.qcow2")))
     progress = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
     assert any("MiB downloaded" in line for line in progress)
     assert any(f"downloaded {len(PAYLOAD)} bytes" in line for line in progress)
-    # At most one progress line per interval: 4 chunks, clock +3 s per read -> 2 lines.
-    assert sum("MiB downloaded" in line for line in progress) <= 2
+    # One line as it starts, then at most one per interval: 4 chunks, clock +3 s per read.
+    assert progress[0].startswith("Image debian-12: 0.0 of ")
+    assert sum("MiB downloaded" in line for line in progress) <= 3
+    events = [r.progress for r in caplog.records if hasattr(r, "progress")]
+    assert events[-1].finished and events[-1].done == len(PAYLOAD) == events[-1].total
 
 
 def test_concurrent_fetches_of_one_image_download_it_once(tmp_path: Path, server: Server) -> None:

@@ -12,9 +12,33 @@ import sys
 from collections.abc import Sequence
 
 from reconciler import __version__
-from reconciler.cli import apply, daemon, hosts, inventory, plan, status, validate
+from reconciler.cli import (
+    apply,
+    console,
+    daemon,
+    get,
+    hosts,
+    info,
+    inventory,
+    plan,
+    reconcile,
+    status,
+    validate,
+)
 
-COMMANDS = (validate, plan, inventory, apply, daemon, hosts, status)
+COMMANDS = (
+    validate,
+    plan,
+    inventory,
+    apply,
+    daemon,
+    hosts,
+    status,
+    reconcile,
+    get,
+    info,
+    console,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,6 +47,7 @@ from reconciler.cli.common import (
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
+from reconciler.cli.progress import progress_bars, show_progress_lines
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
@@ -61,6 +62,10 @@ from reconciler.model.settings import ApplySettings, DaemonSettings
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_DEGRADED = 3
+BAR_INTERVAL = 0.5
+"""Seconds between a download's progress events when a bar shows them."""
+LINE_INTERVAL = 5.0
+"""Seconds between a download's progress lines otherwise."""
 
 
 def register(sub: Any) -> None:
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return config_error(exc)
     # Warnings and errors only, unless -v: the plan and the table are the output.
     setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
+    show_progress_lines()
     try:
         locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
     except ConfigError as exc:
@@ -175,7 +181,11 @@ def build_engine(
         state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
     else:
         state = state_dir(args, settings.state_dir)
-    images: ImageSource = image_cache(settings, state)
+    images: ImageSource = image_cache(
+        settings,
+        state,
+        progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
+    )
     prober: Prober = HttpProber()
     apply = ApplySettings(
         per_host_concurrency=settings.concurrency.per_host,
@@ -207,13 +217,19 @@ def apply_with(args: argparse.Namespace, engine: Engine) -> int:
         print(render_plan(prepared.plan, color=_use_color()))
     if changes and not args.yes and not _confirmed(prepared):
         return EXIT_ERROR
-    report = engine.finish(prepared)
+    with progress_bars(bars_wanted(args)):
+        report = engine.finish(prepared)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
         print()
         print(render_report(report))
     return exit_code(report)
+
+
+def bars_wanted(args: argparse.Namespace) -> bool:
+    """Progress bars while applying: on a terminal, unless the output is JSON."""
+    return sys.stdout.isatty() and not args.json
 
 
 def _use_color() -> bool:

@@ -211,10 +211,14 @@ def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
     return size_bases(repo, observation, images)
 
 
-def image_cache(settings: DaemonSettings, state: Path) -> ImageCache:
-    """The image cache under ``state`` (``images/``), with the config's image limits."""
+def image_cache(
+    settings: DaemonSettings, state: Path, *, progress_interval: float = 5.0
+) -> ImageCache:
+    """The image cache under ``state`` (``images/``), with the config's image limits;
+    ``progress_interval``: seconds between a download's progress events."""
     return ImageCache(
         state / "images",
         allowed_file_dirs=settings.images.allow_file_dirs,
         max_bytes=settings.images.max_bytes,
+        progress_interval=progress_interval,
     )

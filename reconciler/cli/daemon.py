@@ -15,12 +15,14 @@ from reconciler.adapters.coordination.fleetring import FleetRing
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.surface.controlsocket import ControlServer, socket_path
 from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.cli.common import config_error, guard_settings, lock_service, read_limits
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.check import Prober
+from reconciler.engine.control import Control
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import Fence, fenced
@@ -163,12 +165,47 @@ def serve(
         if ring is not None:
             ring.close()
         return 1
+    control = None
+    if ring is None:
+        ((daemon, engine, _),) = parts.values()
+        try:
+            control = control_server(settings, daemon, engine)
+        except OSError as exc:
+            print(f"proxyfleet run: cannot open the control socket: {exc}", file=sys.stderr)
+            if daemon.http is not None:
+                daemon.http.stop()
+            engine.close()
+            locks.close()
+            return 1
+        control.start()
     try:
         return runner.run()
     finally:
+        if control is not None:
+            control.stop()
         for _, engine, _ in parts.values():
             engine.close()
         locks.close()
+
+
+def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> ControlServer:
+    """The root-only control socket of a one-fleet daemon (``reconcile``, ``get``, ``info``)
+    in its state dir. Raises OSError (another daemon answers there, a path in the way)."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    leadership = daemon.leadership
+    return ControlServer(
+        socket_path(settings.state_dir),
+        Control(
+            daemon.runs,
+            reports=lambda: daemon.reports,
+            role=leadership.describe if leadership is not None else (lambda: ""),
+            history=engine.history.load,
+            inventory=lambda: engine.last_inventory,
+            standby=(lambda: leadership.fleet is not None and not leadership.leading)
+            if leadership is not None
+            else None,
+        ).handle,
+    )
 
 
 def fleet_ring(settings: DaemonSettings) -> FleetRing:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -26,6 +26,8 @@ from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, P
 from reconciler.model.plan import replaced
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 from reconciler.model.settings import ApplySettings
+from reconciler.progress import ProgressEvent
+from reconciler.progress import emit as emit_progress
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +144,45 @@ def check_proxies(
     targets = _targets(repo, plan, inventory, results)
     if runtime.stop.is_set():  # shutting down: report what is known, probe nothing
         return tuple(_unchecked(t.status) for t in targets)
+    waits = any(t.fresh for t in targets) and settings.ip_wait_timeout > 0
     with ThreadPoolExecutor(max(1, settings.check_concurrency), "check") as pool:
         futures = [
             pool.submit(_check_target, repo, t, hosts, prober, settings, runtime) for t in targets
         ]
+        if waits:
+            _watch(futures)
         return tuple(f.result() for f in futures)
+
+
+def _watch(futures: Sequence[Future[ProxyStatus]]) -> None:
+    """Report each proxy's check as it settles (a wait for new VMs can take minutes)."""
+    total = len(futures)
+    healthy = 0
+
+    def event(done: int, note: str) -> ProgressEvent:
+        return ProgressEvent(
+            task="health",
+            description="health checks",
+            done=done,
+            total=total,
+            unit="proxies",
+            finished=done == total,
+            note=note,
+        )
+
+    emit_progress(event(0, ""), "Waiting for %d proxies to pass their health check.", total)
+    for done, future in enumerate(as_completed(futures), start=1):
+        status = future.result()
+        healthy += status.health is Health.HEALTHY
+        note = f"{status.name} {status.health.value}"
+        emit_progress(
+            event(done, note),
+            "Health check %d of %d settled: %s (%d healthy so far).",
+            done,
+            total,
+            note,
+            healthy,
+        )
 
 
 def _targets(

@@ -29,6 +29,7 @@ from reconciler.adapters.git.statuswriter import StatusSink
 from reconciler.adapters.surface.httpapi import Endpoints, HttpApi
 from reconciler.adapters.surface.metrics import CONTENT_TYPE, Metrics
 from reconciler.adapters.surface.notify import SdNotify
+from reconciler.engine.control import Finished, RunBoard
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.runtime import Progress
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
@@ -162,6 +163,8 @@ class Daemon:
         """Who acts for the fleet; None: this daemon always acts (no lock, tests)."""
         self.stop = stop if stop is not None else threading.Event()
         self.triggers = TriggerQueue()
+        self.runs = RunBoard(lambda: self.triggers.fire("reconcile"))
+        """Runs asked for over the control socket and who waits for them (engine.control)."""
         self.metrics = metrics
         self.reports: list[RunReport] = []
         """Reports of the last cycles, newest last; appended once metrics and status are written."""
@@ -248,6 +251,7 @@ class Daemon:
         finally:
             self._notifier.stopping("Stopping")
             self.stop.set()
+            self.runs.close()
             if self.http is not None:
                 self.http.stop()
             if watcher is not None:
@@ -285,6 +289,7 @@ class Daemon:
         with self._lock:
             self._cycle_started = self._monotonic()
         started = self._clock()
+        number = self.runs.start()
         try:
             report = self._cycle(self.stop)
         except Exception as exc:  # a bug in one cycle must not end the daemon
@@ -297,14 +302,17 @@ class Daemon:
             role = self.leadership.describe() if self.leadership is not None else "standby"
             log.info("Reconcile finished: nothing done, %s.", role)
             self._notifier.status(f"Standby: {role}")
+            self.runs.finish(Finished(number, None, role if self.leadership is not None else ""))
             return None
         self._report(report)
         self.reports = [*self.reports[-9:], report]
         summary = _summary(report)
         log.info("Reconcile finished: %s.", summary)
-        if self.leadership is not None:
-            summary = f"{summary}; {self.leadership.describe()}"
+        role = self.leadership.describe() if self.leadership is not None else ""
+        if role:
+            summary = f"{summary}; {role}"
         self._notifier.status(summary)
+        self.runs.finish(Finished(number, report, role))
         return report
 
     def _report(self, report: RunReport) -> None:

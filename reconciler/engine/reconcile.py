@@ -39,7 +39,7 @@ from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
-from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model import ActionKind, Inventory, Plan, Repo
 from reconciler.model.history import Halt, History
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
@@ -97,6 +97,8 @@ class Engine:
         self.deletes = DeleteWindow(
             self.guards.state_file, self.guards.delete_window, self.runtime.clock
         )
+        self.last_inventory: Inventory | None = None
+        """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
     def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
         """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
@@ -138,6 +140,7 @@ class Engine:
         if refusal is None:
             hosts = self.pool.sync(repo.fleet.hosts)
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
+            self.last_inventory = observation.inventory
             refusal = check_shrink(repo, observation.inventory)
             if refusal is None:
                 observation = size_bases(repo, observation, self.images)

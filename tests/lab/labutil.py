@@ -141,6 +141,18 @@ def domains(host: str) -> dict[str, tuple[str, str]]:
     return found
 
 
+def clear_domains(host: str) -> list[str]:
+    """Destroy and undefine every domain on ``host``, with its NVRAM and its volumes (the
+    overlay and seed ISO; never a base, which only backs them): what earlier modules of the
+    session left running there. Returns the domains removed."""
+    removed = []
+    for name in virsh(host, "list", "--all", "--name").split():
+        lab_hosts.in_host(layout(host), *VIRSH, "destroy", name, check=False)
+        virsh(host, "undefine", "--nvram", "--remove-all-storage", name)
+        removed.append(name)
+    return removed
+
+
 def running(host: str) -> set[str]:
     return set(virsh(host, "list", "--state-running", "--name").split())
 

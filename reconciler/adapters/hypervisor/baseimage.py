@@ -40,6 +40,8 @@ from reconciler.core.render.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image
 from reconciler.model.vm import base_marker_name, base_volume_name
+from reconciler.progress import ProgressEvent
+from reconciler.progress import emit as emit_progress
 
 log = logging.getLogger("reconciler.image")
 
@@ -358,6 +360,7 @@ class _Progress:
         self.host, self.name, self.size = host, name, size
         self.sent = 0
         self.started = self.last = time.monotonic()
+        self._log("uploading")
 
     def add(self, count: int) -> None:
         self.sent += count
@@ -372,7 +375,16 @@ class _Progress:
     def _log(self, verb: str) -> None:
         seconds = max(time.monotonic() - self.started, 1e-6)
         percent = 100.0 * self.sent / self.size if self.size else 100.0
-        log.info(
+        event = ProgressEvent(
+            task=f"upload {self.host} {self.name}",
+            description=f"upload {self.name} to {self.host}",
+            done=self.sent,
+            total=self.size,
+            unit="bytes",
+            finished=verb == "uploaded",
+        )
+        emit_progress(
+            event,
             "host %s: %s %s: %.1f of %.1f MB (%.0f%%) at %.1f MB/s",
             self.host,
             verb,

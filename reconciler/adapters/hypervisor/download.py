@@ -50,9 +50,10 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import IO
 
-from reconciler import __version__
+from reconciler import __version__, progress
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model.fleet import Image
+from reconciler.progress import ProgressEvent
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,7 @@ class ImageCache:
         started = last = self._clock()
         log.info("Image %s: downloading %s.", image.key, redact(image.url))
         with _open_source(image, timeout=self._timeout, allowed=self._allowed) as (source, length):
+            _log_progress(image, 0, length, 0.0)
             if length is not None and length > self._max_bytes:
                 raise PermanentError(
                     f"image {image.key}: {redact(image.url)} is {length} bytes, "
@@ -259,7 +261,8 @@ class ImageCache:
                 f"image {image.key}: download truncated at {size} of {length} bytes"
             )
         elapsed = self._clock() - started
-        log.info(
+        progress.emit(
+            _event(image, size, length, finished=True),
             "Image %s: downloaded %d bytes in %.1f s (%.1f MB/s), sha256 %s.",
             image.key,
             size,
@@ -489,9 +492,21 @@ def _rate(size: int, elapsed: float) -> float:
     return size / 1e6 / elapsed if elapsed > 0 else 0.0
 
 
+def _event(image: Image, size: int, length: int | None, *, finished: bool = False) -> ProgressEvent:
+    return ProgressEvent(
+        task=f"download {image.key}",
+        description=f"download {image.key}",
+        done=size,
+        total=length if length is not None else (size if finished else None),
+        unit="bytes",
+        finished=finished,
+    )
+
+
 def _log_progress(image: Image, size: int, length: int | None, elapsed: float) -> None:
     total = f" of {length / 1048576:.1f}" if length else ""
-    log.info(
+    progress.emit(
+        _event(image, size, length),
         "Image %s: %.1f%s MiB downloaded, %.1f MB/s.",
         image.key,
         size / 1048576,

@@ -1,0 +1,212 @@
+"""``proxyfleet console NAME``: attach this terminal to a proxy's serial console.
+
+The proxy's VM is looked up on the hosts of fleet.yaml (read now over SSH, as
+``inventory`` does; the daemon need not run), then its first serial port is
+opened through the host's forwarded libvirt connection, as ``virsh console``
+does. On a terminal the session is raw: every key, Ctrl-C included, goes to
+the guest; Ctrl-] ends the session (as in virsh) and the terminal is
+restored. Press Enter to wake a login prompt. Without a terminal, standard
+input is sent as it is and its end ends the session.
+
+When a replace has two VMs of the proxy side by side, the running one created
+last is attached (``--domain`` picks another). ``--force`` takes the console
+over from another session (virsh's ``--force``).
+
+Exit codes: 0 detached (Ctrl-], end of input, or the console closed by the host),
+1 the repo or config is unusable, the proxy has no VM, its host cannot be
+reached or the console is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import sys
+import termios
+import threading
+import tty
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from reconciler.adapters.hypervisor.console import ConsoleStream
+from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.cli.common import (
+    add_host_access_arguments,
+    add_repo_argument,
+    config_error,
+    daemon_settings,
+    host_factory,
+    load_repo_or_complain,
+    ssh_settings,
+)
+from reconciler.cli.inventory import configure_logging
+from reconciler.engine.observe import observe
+from reconciler.engine.pool import HostPool
+from reconciler.errors import ConfigError, HostError
+from reconciler.model import DomainState, Inventory
+from reconciler.model.settings import ApplySettings
+
+ESCAPE = b"\x1d"
+"""Ctrl-]: ends the session, as in ``virsh console``."""
+EXIT_OK = 0
+EXIT_ERROR = 1
+
+Opener = Callable[[Hypervisor, str, bool], ConsoleStream]
+"""Opens (hypervisor, domain, force) -> a console stream."""
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "console",
+        help="attach to a proxy VM's serial console (Ctrl-] detaches)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", metavar="NAME", help="the proxy (metadata.name)")
+    add_repo_argument(parser)
+    add_host_access_arguments(parser)
+    parser.add_argument("--domain", metavar="DOMAIN", help="attach to this domain of the proxy")
+    parser.add_argument(
+        "--force", action="store_true", help="take the console over from another session"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, *, opener: Opener | None = None) -> int:
+    configure_logging(args)
+    repo = load_repo_or_complain(args.repo)
+    if repo is None:
+        return EXIT_ERROR
+    try:
+        ssh = ssh_settings(args, daemon_settings(args).ssh)
+    except ConfigError as exc:
+        return config_error(exc)
+    pool = HostPool(host_factory(ssh))
+    try:
+        hosts = pool.sync(repo.fleet.hosts)
+        inventory = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout).inventory
+        found = find_vm(inventory, fleet=repo.fleet.name, proxy=args.name, domain=args.domain)
+        if isinstance(found, str):
+            print(f"proxyfleet console: {found}", file=sys.stderr)
+            return EXIT_ERROR
+        host, domain = found
+        try:
+            console = (opener or open_libvirt)(hosts[host], domain, args.force)
+        except HostError as exc:
+            print(f"proxyfleet console: {domain} on {host}: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        print(
+            f"Connected to {domain} on {host} (proxy {args.name}); escape character is ^]",
+            file=sys.stderr,
+            flush=True,
+        )
+        ended = session(console, stdin=sys.stdin.fileno(), stdout=sys.stdout.fileno())
+        print(f"\r\nDisconnected from {domain} ({ended}).", file=sys.stderr)
+        return EXIT_OK
+    finally:
+        pool.close()
+
+
+def find_vm(
+    inventory: Inventory, *, fleet: str, proxy: str, domain: str | None = None
+) -> tuple[str, str] | str:
+    """(host, domain) of ``proxy``'s VM in ``fleet``, or why there is none to attach to.
+
+    Several (a replace in progress): the running one created last, unless ``domain``
+    names one. An unreachable host is named when the VM was not found elsewhere.
+    """
+    candidates = [
+        (host.name, d)
+        for host in inventory.hosts
+        for d in host.domains
+        if d.owner is not None and d.owner.fleet == fleet and d.owner.proxy == proxy
+    ]
+    if domain is not None:
+        candidates = [(h, d) for h, d in candidates if d.name == domain]
+    if not candidates:
+        down = [h.name for h in inventory.hosts if not h.reachable]
+        what = f"domain {domain} of proxy {proxy}" if domain else f"proxy {proxy}"
+        where = f"; unreachable: {', '.join(down)}" if down else ""
+        return f"no VM of {what} in fleet {fleet} on any reachable host{where}"
+    host, chosen = max(
+        candidates,
+        key=lambda c: (c[1].state is DomainState.RUNNING, c[1].owner.created if c[1].owner else ""),
+    )
+    return host, chosen.name
+
+
+def open_libvirt(hypervisor: Hypervisor, domain: str, force: bool) -> ConsoleStream:
+    """The real opener: a libvirt console stream on the host's session."""
+    from reconciler.adapters.hypervisor.libvirtconsole import open_console
+    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+
+    if not isinstance(hypervisor, LibvirtHost):
+        raise TypeError(f"no libvirt session for host {hypervisor.name}")
+    return open_console(hypervisor.session, domain, force=force)
+
+
+def session(console: ConsoleStream, *, stdin: int, stdout: int, escape: bytes = ESCAPE) -> str:
+    """Copy ``stdin`` to the console and the console to ``stdout`` until one side ends.
+
+    ``stdin`` is put in raw mode while attached when it is a terminal. Returns why the
+    session ended: "escape" (Ctrl-]), "end of input" or "closed by the host".
+    """
+    finished = threading.Event()
+
+    def to_terminal() -> None:
+        try:
+            while data := console.read():
+                _write_all(stdout, data)
+        except OSError:
+            pass  # the terminal went away; the session ends below
+        finally:
+            finished.set()
+
+    reader = threading.Thread(target=to_terminal, name="console-out", daemon=True)
+    reader.start()
+    ended = "closed by the host"
+    try:
+        with raw_mode(stdin):
+            while not finished.is_set():
+                ready, _, _ = select.select([stdin], [], [], 0.2)
+                if not ready:
+                    continue
+                data = os.read(stdin, 1024)
+                if not data:
+                    ended = "end of input"
+                    break
+                head, hit, _ = data.partition(escape)
+                if head:
+                    console.write(head)
+                if hit:
+                    ended = "escape"
+                    break
+    except HostError:
+        ended = "closed by the host"
+    finally:
+        console.close()
+        reader.join(timeout=5)
+    return ended
+
+
+@contextlib.contextmanager
+def raw_mode(fd: int) -> Iterator[None]:
+    """The terminal at ``fd`` in raw mode for the block, restored after it (a no-op for a
+    pipe or a file)."""
+    if not os.isatty(fd):
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+    tty.setraw(fd)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,92 @@
+"""What ``reconcile``, ``get`` and ``info`` share: finding and asking the running daemon.
+
+The daemon's control socket is ``<stateDir>/control.sock`` (root only). The
+state dir comes from, highest first: ``--socket PATH`` itself, ``--state-dir``,
+the environment (``PROXYFLEET_STATE_DIR``), the daemon config (``--config FILE``,
+else /etc/proxyfleet/proxyfleet.yaml when it exists), /var/lib/proxyfleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from reconciler.adapters.surface import controlsocket
+from reconciler.cli.common import ENV_STATE_DIR, daemon_settings, state_dir
+from reconciler.core.load import durations
+from reconciler.core.load.settings import DEFAULT_CONFIG
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+"""The daemon could not be asked (none runs, refused, no answer in time) or said no."""
+EXIT_STANDBY = 3
+"""The daemon stands by: another one leads the fleet (named in the message)."""
+
+
+def add_socket_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        metavar="PATH",
+        help="the daemon's control socket (default: <stateDir>/control.sock)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"daemon config to take stateDir from (default: {DEFAULT_CONFIG} when it exists)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"the daemon's state dir (env {ENV_STATE_DIR}; default /var/lib/proxyfleet)",
+    )
+
+
+def duration(text: str) -> float:
+    """An argparse type: ``90``, ``30s``, ``5m``, ``1h``."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = durations.seconds(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0: {text}")
+    return value
+
+
+def socket_of(args: argparse.Namespace) -> Path:
+    """Raises ConfigError when a named (or present default) config is unusable."""
+    if args.socket is not None:
+        return Path(args.socket)
+    base = None
+    if args.state_dir is None and (args.config is not None or DEFAULT_CONFIG.is_file()):
+        base = daemon_settings(args).state_dir
+    return controlsocket.socket_path(state_dir(args, base))
+
+
+def ask(
+    args: argparse.Namespace, message: Mapping[str, Any], *, timeout: float | None
+) -> Iterator[Mapping[str, Any]]:
+    """The daemon's answers to ``message`` (raises ControlError, ConfigError)."""
+    return controlsocket.request(socket_of(args), message, timeout=timeout)
+
+
+def complain(command: str, error: Exception) -> int:
+    print(f"proxyfleet {command}: {error}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def standby(command: str, answer: Mapping[str, Any]) -> int:
+    print(
+        f"proxyfleet {command}: this daemon stands by ({answer.get('role', '')}); "
+        "ask the leader's box",
+        file=sys.stderr,
+    )
+    return EXIT_STANDBY

@@ -1,0 +1,106 @@
+"""``proxyfleet reconcile``: ask the running daemon for a run now, wait for it, print its result.
+
+The request goes over the daemon's control socket (root only; no git fetch or
+host call by this command). The run that answers is the first one that starts
+after the request: when a run is going already, the next one (which fetches
+the repo again). Its outcome is printed as the daemon logged it: result,
+revision, duration, the Ready condition, what was applied, what failed, what
+a safety rule blocked, and the problems of a stalled run.
+
+Exit codes: 0 the run succeeded, 2 it did not (partial, stalled or failed),
+3 this daemon stands by (another one leads the fleet; it is named),
+1 the daemon could not be asked or gave no result within --timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.cli.controlclient import (
+    EXIT_OK,
+    add_socket_arguments,
+    ask,
+    complain,
+    duration,
+    standby,
+)
+from reconciler.errors import ConfigError, ControlError
+
+EXIT_NOT_SUCCESSFUL = 2
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "reconcile",
+        help="ask the running daemon for a run now and print its result",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_socket_arguments(parser)
+    parser.add_argument(
+        "--timeout",
+        type=duration,
+        default=3600.0,
+        metavar="DURATION",
+        help="how long to wait for the run's result: 90, 30s, 5m, 1h (default: 1h)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        for answer in ask(args, {"command": "reconcile"}, timeout=args.timeout):
+            event = answer.get("event")
+            if event == "queued":
+                going = (
+                    " (a run is going; yours is the next one)" if answer.get("runningNow") else ""
+                )
+                print(f"Run requested{going}; waiting for its result.", file=sys.stderr, flush=True)
+            elif event == "standby":
+                return standby("reconcile", answer)
+            elif event == "stopping":
+                return complain("reconcile", ControlError("the daemon stopped before the run"))
+            elif event == "finished":
+                run_doc = answer.get("run")
+                if not isinstance(run_doc, Mapping):
+                    break
+                print(render_run(run_doc))
+                return EXIT_OK if run_doc.get("result") == "success" else EXIT_NOT_SUCCESSFUL
+    except (ControlError, ConfigError) as exc:
+        return complain("reconcile", exc)
+    return complain("reconcile", ControlError("the daemon hung up without a result"))
+
+
+def render_run(run: Mapping[str, Any]) -> str:
+    """The run as a few lines: the headline, then what was done and what went wrong."""
+    conditions = {c.get("type"): c for c in run.get("conditions", []) if isinstance(c, Mapping)}
+    ready = conditions.get("Ready")
+    state = "Ready" if ready and ready.get("status") else f"not Ready ({_reason(ready)})"
+    revision = str(run.get("revision", ""))[:12] or "no revision"
+    lines = [
+        f"Run {run.get('result')} at {revision} in {float(run.get('durationSeconds', 0)):.1f}s: "
+        f"{state}; {run.get('healthy', 0)}/{run.get('proxies', 0)} proxies healthy."
+    ]
+    applied = run.get("applied") or {}
+    if applied:
+        lines.append("  applied: " + ", ".join(f"{k} {v}" for k, v in sorted(applied.items())))
+    lines += [f"  failed: {line}" for line in run.get("failed", [])]
+    lines += [f"  blocked: {line}" for line in run.get("blocked", [])]
+    lines += [f"  problem: {line}" for line in run.get("problems", [])]
+    for ctype, cond in sorted(conditions.items(), key=lambda kv: str(kv[0])):
+        if ctype in ("Ready", "Reconciling", "Stalled") and not (
+            ctype == "Stalled" and cond.get("status")
+        ):
+            continue
+        if cond.get("status"):
+            lines.append(f"  {ctype}: {cond.get('message') or cond.get('reason')}")
+    if ready and not ready.get("status") and ready.get("message"):
+        lines.append(f"  Ready: {ready.get('message')}")
+    return "\n".join(lines)
+
+
+def _reason(condition: Mapping[str, Any] | None) -> str:
+    return str(condition.get("reason", "unknown")) if condition else "unknown"
