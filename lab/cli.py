@@ -1,6 +1,8 @@
 """``python -m lab up|down|status|image|daemon``: the lab's command line.
 
-up [--hosts N]        bring up N namespaced hypervisors (default 2) and the image server
+up [--hosts N] [--debian13 K]
+                      bring up N namespaced hypervisors (default 2) and the image server;
+                      the last K of them Debian 13 (libvirt 11) hosts, the rest Debian 12
 down [--keep-state]   remove every namespace, process, mount, link and route of the lab
 status                show what of the lab exists
 image [--force]       build the guest image unless the cache holds it for this recipe
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 from lab import boottest as lab_boottest
-from lab import config, hosts, imagebuild
+from lab import config, hostroot, hosts, imagebuild
 from lab.config import HostLayout
 
 
@@ -128,6 +130,7 @@ def write_outputs(layouts: list[HostLayout]) -> None:
                 "bridge": "br0",
                 "guestSubnet": h.guest_subnet,
                 "netns": h.netns,
+                "kind": hosts.host_kind(h),
             }
             for h in layouts
         ],
@@ -145,10 +148,19 @@ def write_outputs(layouts: list[HostLayout]) -> None:
 # --- commands ------------------------------------------------------------------------------
 
 
-def up(count: int) -> list[HostLayout]:
+def up(count: int, *, debian13: int = 0) -> list[HostLayout]:
     if not 1 <= count <= config.MAX_HOSTS:
         raise hosts.LabError(f"--hosts must be 1..{config.MAX_HOSTS}")
+    if not 0 <= debian13 <= count:
+        raise hosts.LabError(f"--debian13 must be 0..{count}")
     wanted = [HostLayout(n) for n in range(1, count + 1)]
+    root = None
+    if debian13:
+        started = time.monotonic()
+        built = hostroot.build(config.IMAGES_DIR)
+        root = built.path
+        how = f"built in {built.seconds:.0f}s" if built.built else "cached"
+        _log(f"debian13 root {root} ({how}): {built.versions} [{time.monotonic() - started:.1f}s]")
     for extra in hosts.existing_hosts():
         if extra.n > count:
             _log(f"{extra.name}: beyond --hosts {count}, removing")
@@ -156,9 +168,11 @@ def up(count: int) -> list[HostLayout]:
     hosts.ensure_keys(wanted)
     for h in wanted:
         started = time.monotonic()
+        kind = "debian13" if h.n > count - debian13 else "debian12"
+        hosts.set_kind(h, kind, root if kind == "debian13" else None)
         hosts.up_host(h)
         _log(
-            f"{h.name}: up at {h.address} ({h.zone}), guests on br0 {h.guest_subnet} "
+            f"{h.name}: {kind} up at {h.address} ({h.zone}), guests on br0 {h.guest_subnet} "
             f"[{time.monotonic() - started:.1f}s]"
         )
     hosts.write_known_hosts(wanted)
@@ -186,7 +200,8 @@ def status() -> int:
         veth = "veth" if hosts.link_exists(h.veth_root) else "no veth"
         route = hosts.run("ip", "route", "show", h.guest_subnet).stdout.strip() or "no route"
         ssh = "ssh open" if hosts.tcp_open(h.address, 22, timeout=0.5) else "ssh closed"
-        _log(f"{h.name} ({h.address}, {h.zone}): {ns}, {veth}, {ssh}; route {route}")
+        kind = hosts.host_kind(h)
+        _log(f"{h.name} ({kind}, {h.address}, {h.zone}): {ns}, {veth}, {ssh}; route {route}")
         for proc in hosts.processes_in_netns(h.netns):
             _log(f"  pid {proc.pid:>7} {proc.name:<10} {proc.cmdline[:90]}")
         if hosts.holder_pid(h) is not None and hosts.host_ok(
@@ -270,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up")
     p_up.add_argument("--hosts", type=int, default=2)
+    p_up.add_argument(
+        "--debian13", type=int, default=0, metavar="K", help="the last K hosts run Debian 13"
+    )
     p_down = sub.add_parser("down")
     p_down.add_argument("--keep-state", action="store_true")
     sub.add_parser("status")
@@ -288,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the lab needs root (namespaces, mounts, links)")
     try:
         if args.cmd == "up":
-            up(args.hosts)
+            up(args.hosts, debian13=args.debian13)
         elif args.cmd == "down":
             down(keep_state=args.keep_state)
         elif args.cmd == "status":

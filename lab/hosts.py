@@ -1,5 +1,9 @@
 """Lab hypervisors: one network + mount namespace per host, with its own daemons.
 
+A host is of kind ``debian12`` (the machine's own libvirt 9 and QEMU 7.2) or ``debian13``
+(libvirt 11 and QEMU 10 from the cached trixie root of ``lab/hostroot.py``, entered with
+pivot_root by ``holder.sh``); the kind is kept in the host's state directory.
+
 Host ``pfhostN`` is a network namespace of that name joined to the root namespace by a veth
 (root ``pfhostN`` 10.77.N.1/30 <-> ``uplink`` 10.77.N.2/30), a bridge ``br0`` (10.78.N.1/24)
 for its guests with dnsmasq for DHCP, and a private mount namespace held by ``holder.sh``
@@ -26,6 +30,7 @@ from lab.config import HostLayout
 
 HOLDER = config.LAB_DIR / "holder.sh"
 REPO = config.LAB_DIR.parent
+KINDS = ("debian12", "debian13")
 DAEMON_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
 
 
@@ -86,6 +91,24 @@ def holder_pid(host: HostLayout) -> int | None:
         return None
     alive = any(p.pid == pid for p in processes_in_netns(host.netns))
     return pid if alive else None
+
+
+def host_kind(host: HostLayout) -> str:
+    """``debian12`` or ``debian13``, as ``up`` recorded it (``debian12`` when unrecorded)."""
+    try:
+        return (host.state / "kind").read_text().strip() or KINDS[0]
+    except OSError:
+        return KINDS[0]
+
+
+def host_root(host: HostLayout) -> Path | None:
+    """The Debian 13 root a ``debian13`` host runs from (None: the machine's own)."""
+    if host_kind(host) != "debian13":
+        return None
+    try:
+        return Path((host.state / "root.path").read_text().strip())
+    except OSError as exc:
+        raise LabError(f"{host.name}: debian13 host without root.path") from exc
 
 
 def in_host(host: HostLayout, *cmd: str, check: bool = True, timeout: float = 60) -> str:
@@ -206,7 +229,8 @@ def ensure_host_files(host: HostLayout) -> None:
         (st / "var-lib-libvirt" / sub).mkdir(parents=True, exist_ok=True)
     etc = st / "etc-libvirt"
     if not etc.exists():
-        shutil.copytree("/etc/libvirt", etc, symlinks=True)
+        root = host_root(host)
+        shutil.copytree(root / "etc/libvirt" if root else "/etc/libvirt", etc, symlinks=True)
         # A stock host's domains, pools and autostarted networks are not this host's.
         for sub in ("qemu/networks/autostart", "storage"):
             shutil.rmtree(etc / sub, ignore_errors=True)
@@ -244,6 +268,10 @@ def ensure_holder(host: HostLayout) -> int:
         return pid
     ready = host.state / "holder.ready"
     ready.unlink(missing_ok=True)
+    root = host_root(host)
+    # A debian13 host sees the repo (probe server) and the lab state (sshd config, keys,
+    # dnsmasq leases) at their own paths inside its root.
+    root_args = [str(root), str(REPO), str(config.STATE)] if root else []
     with open(host.state / "holder.log", "ab") as log:
         proc = subprocess.Popen(
             [
@@ -260,6 +288,7 @@ def ensure_holder(host: HostLayout) -> int:
                 str(HOLDER),
                 str(host.state),
                 host.name,
+                *root_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -279,6 +308,9 @@ def ensure_holder(host: HostLayout) -> int:
 def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
     low, high = host.dhcp_range
     st = host.state
+    # Inside a debian13 host's root the venv's interpreter (the machine's python3.11) is
+    # not there; the probe server needs only the standard library.
+    python = "python3" if host_root(host) else sys.executable
     return [
         ("virtlogd", ["/usr/sbin/virtlogd"]),
         ("libvirtd", ["/usr/sbin/libvirtd"]),
@@ -306,7 +338,7 @@ def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
         ),
         (
             "python",
-            [sys.executable, "-m", "lab.servers", "probe", "--port", str(config.PROBE_PORT)],
+            [python, "-m", "lab.servers", "probe", "--port", str(config.PROBE_PORT)],
         ),
     ]
 
@@ -433,6 +465,17 @@ def ensure_pool(host: HostLayout) -> None:
 # --- whole host ----------------------------------------------------------------------------
 
 
+def set_kind(host: HostLayout, kind: str, root: Path | None) -> None:
+    """Record the host's kind (a host of another kind is taken down first: its namespace,
+    daemons and libvirt state belong to the other libvirt)."""
+    if host.state.exists() and host_kind(host) != kind:
+        down_host(host)
+    host.state.mkdir(parents=True, exist_ok=True)
+    (host.state / "kind").write_text(f"{kind}\n")
+    if root is not None:
+        (host.state / "root.path").write_text(f"{root}\n")
+
+
 def up_host(host: HostLayout) -> None:
     ensure_network(host)
     ensure_host_files(host)
@@ -447,8 +490,12 @@ def down_host(host: HostLayout, *, keep_state: bool = False) -> None:
     _terminate([p.pid for p in processes_in_netns(host.netns)], timeout=10)
     if netns_exists(host.netns):
         run("ip", "netns", "del", host.netns)
+    # Deleting the netns takes the veth pair with it, asynchronously: the root end may
+    # still be listed and gone by the time it is deleted ("Cannot find device").
     if link_exists(host.veth_root):
-        run("ip", "link", "del", host.veth_root)
+        run("ip", "link", "del", host.veth_root, check=False)
+    if link_exists(host.veth_root):
+        raise LabError(f"{host.name}: link {host.veth_root} is still there")
     run("ip", "route", "del", host.guest_subnet, check=False)
     if not keep_state:
         shutil.rmtree(host.state, ignore_errors=True)

@@ -5,9 +5,13 @@ whether the libvirt socket is forwarded with streamlocal or through
 virt-ssh-helper), libvirt and QEMU versions, the storage pool (active, free
 space enough for the fleet's base images it does not hold yet plus one VM of
 the largest machine type; image sizes from the image cache in the state dir,
-else a HEAD request), the bridge or libvirt network, UEFI firmware (needed when any image
-boots UEFI, the default), and capacity (CPUs, memory). Hosts are checked in
-parallel.
+else a HEAD request), the bridge or libvirt network, UEFI firmware (needed when
+any image boots UEFI, the default), capacity (CPUs, memory), and whether KVM is
+usable: a throw-away transient domain (``proxyfleet-kvm-probe``, no NIC, a 1 MiB
+boot disk in the pool) boots under KVM and is watched until it reaches long mode
+or KVM stops it (up to 90 s); then it and its volume are removed. A KVM that
+does not work fails the check only on hosts with ``domainType: kvm``. Hosts are
+checked in parallel.
 
 Exit codes: 0 every check passed, 2 some check failed, 1 the repo or the
 config is unusable.
@@ -61,7 +65,7 @@ def register(sub: Any) -> None:
     commands = parser.add_subparsers(dest="hosts_command", required=True, metavar="COMMAND")
     check = commands.add_parser(
         "check",
-        help="SSH, libvirt version, pool, network, firmware and capacity of every host",
+        help="SSH, libvirt version, pool, network, firmware, capacity and KVM of every host",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -71,6 +75,11 @@ def register(sub: Any) -> None:
         "--host", action="append", metavar="NAME", help="check only this host (repeatable)"
     )
     check.add_argument("--json", action="store_true", help="print the reports as JSON")
+    check.add_argument(
+        "--no-kvm-probe",
+        action="store_true",
+        help="do not boot the throw-away guest that tells whether KVM is usable",
+    )
     check.set_defaults(func=run_check)
 
 
@@ -91,7 +100,9 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     images = image_cache(settings, state_dir(args, settings.state_dir))
     need = dataclasses.replace(largest_vm(repo), images=base_needs(repo, images))
-    reports = check_hosts(hosts, ssh, need_uefi=needs_uefi(repo), need=need)
+    reports = check_hosts(
+        hosts, ssh, need_uefi=needs_uefi(repo), need=need, kvm_probe=not args.no_kvm_probe
+    )
     if args.json:
         print(json.dumps([report_json(r) for r in reports], indent=2))
     else:
@@ -143,7 +154,12 @@ def largest_vm(repo: Repo) -> Need:
 
 
 def check_hosts(
-    hosts: list[Host], ssh: SshSettings, *, need_uefi: bool, need: Need | None = None
+    hosts: list[Host],
+    ssh: SshSettings,
+    *,
+    need_uefi: bool,
+    need: Need | None = None,
+    kvm_probe: bool = True,
 ) -> list[HostReport]:
     make = host_factory(ssh)
     reports: dict[str, HostReport] = {}
@@ -152,7 +168,7 @@ def check_hosts(
     def check(host: Host) -> None:
         adapter = make(host)
         try:
-            report = adapter.host_check(need_uefi=need_uefi, need=need)
+            report = adapter.host_check(need_uefi=need_uefi, need=need, kvm_probe=kvm_probe)
         finally:
             adapter.close()
         with lock:

@@ -141,9 +141,15 @@ def test_hosts_check_passes_for_a_ready_host_and_exits_2_naming_the_one_that_is_
 ) -> None:
     repo = fleet_repo(tmp_path / "repo", host)
 
-    ready = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name])
+    # --no-kvm-probe: the probe has its own tests (test_host_kvm_probe) and takes seconds.
+    only = ["--host", host.name]
+    ready = main(
+        ["hosts", "check", "--no-kvm-probe", "--repo", str(repo), *access(ssh_keys), *only]
+    )
     ready_out = capsys.readouterr().out
-    both = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--json"])
+    both = main(
+        ["hosts", "check", "--no-kvm-probe", "--repo", str(repo), *access(ssh_keys), "--json"]
+    )
     reports = {r["host"]: r for r in json.loads(capsys.readouterr().out)}
 
     assert ready == 0, ready_out
@@ -168,7 +174,8 @@ def test_hosts_check_fails_a_pool_too_small_for_the_largest_machine_type_with_th
         )
     )
 
-    code = main(["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name])
+    only = ["--host", host.name]
+    code = main(["hosts", "check", "--no-kvm-probe", "--repo", str(repo), *access(ssh_keys), *only])
     out = capsys.readouterr().out
 
     assert code == 2, out
@@ -220,7 +227,8 @@ def test_hosts_check_counts_the_largest_disk_at_the_fleets_disk_overcommit_as_pl
         fleet.read_text().replace("      diskGiB: 1\n", f"      diskGiB: {big}\n")
         + "  policy:\n    overcommit:\n      disk: 8\n"
     )
-    args = ["hosts", "check", "--repo", str(repo), *access(ssh_keys), "--host", host.name]
+    args = ["hosts", "check", "--no-kvm-probe", "--repo", str(repo), *access(ssh_keys)]
+    args += ["--host", host.name]
 
     assert main(args) == 0, capsys.readouterr().out
     fleet.write_text(fleet.read_text().replace("      disk: 8\n", "      disk: 1\n"))

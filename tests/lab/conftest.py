@@ -34,8 +34,11 @@ def lab_session() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def lab(lab_session: None, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """A lab of the module's ``LAB_HOSTS`` hosts (default 2); lab.json's content. ``up`` is
-    idempotent and cheap when the lab already runs, brings it back if a test (test_lab_hosts)
-    took it down, and removes hosts beyond the count."""
-    lab_cli("up", "--hosts", str(getattr(request.module, "LAB_HOSTS", 2)))
+    """A lab of the module's ``LAB_HOSTS`` hosts (default 2), the last ``LAB_DEBIAN13`` of
+    them (default 0) Debian 13 hosts; lab.json's content. ``up`` is idempotent and cheap when
+    the lab already runs, brings it back if a test (test_lab_hosts) took it down, removes
+    hosts beyond the count and rebuilds a host whose kind changed."""
+    count = str(getattr(request.module, "LAB_HOSTS", 2))
+    debian13 = str(getattr(request.module, "LAB_DEBIAN13", 0))
+    lab_cli("up", "--hosts", count, "--debian13", debian13, timeout=3600)
     return dict(json.loads((lab_config.STATE / "lab.json").read_text()))

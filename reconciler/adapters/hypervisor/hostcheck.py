@@ -4,9 +4,11 @@ One report per host: SSH + libvirt reachability (and which way the socket is
 forwarded), libvirt and QEMU versions, the storage pool (present, active,
 free space: room for the fleet's base images it does not hold yet plus one VM
 of the largest machine type), the network or bridge, OVMF for UEFI guests
-(from the domain capabilities of the host's domain type on q35), and capacity
-(CPUs, memory). Each item is checked on its own, so one failure does not hide
-the others.
+(from the domain capabilities of the host's domain type on q35), capacity
+(CPUs, memory), and whether KVM is usable (``adapters.hypervisor.kvmprobe``
+boots a throw-away guest; a failure fails the check only on a host whose
+``domainType`` is kvm). Each item is checked on its own, so one failure does
+not hide the others.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
+from reconciler.adapters.hypervisor.kvmprobe import probe_kvm
 from reconciler.errors import HostError, PermanentError
+from reconciler.model.fleet import DomainType
 from reconciler.model.vm import base_marker_name
 
 if TYPE_CHECKING:
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class CheckItem:
     name: str
-    """ssh, libvirt, pool, network, firmware or capacity."""
+    """ssh, libvirt, pool, network, firmware, capacity or kvm."""
     ok: bool
     detail: str
 
@@ -45,6 +49,8 @@ class HostReport:
     memory_mib: int = 0
     free_memory_mib: int = 0
     pool_free_bytes: int = 0
+    kvm_usable: bool | None = None
+    """What the KVM probe found; None when it did not decide (not run, or the host failed)."""
 
     @property
     def ok(self) -> bool:
@@ -103,6 +109,7 @@ def check_host(
     *,
     need_uefi: bool = True,
     need: Need = Need(),
+    kvm_probe: bool = True,
 ) -> HostReport:
     host = session.host
     items: list[CheckItem] = []
@@ -218,6 +225,11 @@ def check_host(
         ("capacity", capacity),
     ):
         run(name, check)
+    if kvm_probe:
+        item, facts["kvm"] = kvm_item(session, images)
+    else:
+        item = CheckItem("kvm", True, "not probed (--no-kvm-probe)")
+    items.append(item)
     return HostReport(
         host=host.name,
         items=tuple(items),
@@ -227,7 +239,25 @@ def check_host(
         memory_mib=facts.get("memory", 0),
         free_memory_mib=facts.get("free_memory", 0),
         pool_free_bytes=facts.get("pool_free", 0),
+        kvm_usable=facts.get("kvm"),
     )
+
+
+def kvm_item(session: LibvirtSession, images: BaseImages) -> tuple[CheckItem, bool | None]:
+    """The probe's verdict as a check item: a KVM that does not work fails the check only
+    where the host's ``domainType`` asks for it."""
+    try:
+        verdict = probe_kvm(session, images)
+    except HostError as exc:
+        return CheckItem("kvm", False, f"KVM probe failed: {exc}"), None
+    wants_kvm = session.host.domain_type is DomainType.KVM
+    if verdict.usable:
+        return CheckItem("kvm", True, f"usable: {verdict.detail}"), True
+    if wants_kvm:
+        advice = "domainType: kvm guests will not run here (domainType: qemu does, slowly)"
+    else:
+        advice = "this host runs domainType: qemu (TCG), which does not need it"
+    return CheckItem("kvm", not wants_kvm, f"not usable: {verdict.detail}; {advice}"), False
 
 
 NO_INTERFACE_DRIVER = (

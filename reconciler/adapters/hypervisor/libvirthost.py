@@ -232,9 +232,18 @@ class LibvirtHost:
             )
         return domain_addresses(self._session, dom, domain)
 
-    def host_check(self, *, need_uefi: bool = True, need: Need | None = None) -> HostReport:
-        """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError."""
-        return check_host(self._session, self._images, need_uefi=need_uefi, need=need or Need())
+    def host_check(
+        self, *, need_uefi: bool = True, need: Need | None = None, kvm_probe: bool = True
+    ) -> HostReport:
+        """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError.
+        ``kvm_probe`` boots a throw-away guest to see whether KVM works (seconds)."""
+        return check_host(
+            self._session,
+            self._images,
+            need_uefi=need_uefi,
+            need=need or Need(),
+            kvm_probe=kvm_probe,
+        )
 
     def close(self) -> None:
         self._session.close()

@@ -43,7 +43,7 @@ def domain_xml(spec: VmSpec, *, disk_path: str, seed_path: str) -> str:
     if spec.host.tcg_cache is not None:
         tcg = ET.SubElement(features, "tcg")
         ET.SubElement(tcg, "tb-cache", {"unit": "MiB"}).text = str(spec.host.tcg_cache)
-    cpu = _cpu(spec.host.cpu_mode)
+    cpu = cpu_element(spec.host.cpu_mode)
     if cpu is not None:
         domain.append(cpu)
     ET.SubElement(domain, "clock", {"offset": "utc"})
@@ -102,7 +102,8 @@ def _os(firmware: Firmware) -> ET.Element:
     return os_element
 
 
-def _cpu(mode: str) -> ET.Element | None:
+def cpu_element(mode: str) -> ET.Element | None:
+    """The ``<cpu>`` a host's ``cpuMode`` asks for; None for ``none``."""
     if mode == "none":
         return None
     if mode in _CPU_MODES:

@@ -1,0 +1,208 @@
+"""End to end on a mixed lab: a Debian 13 hypervisor (libvirt 11, QEMU 10) beside Debian 12.
+
+Two lab hosts: A runs the machine's Debian 12 libvirt 9.0 / QEMU 7.2, B (``--debian13 1``)
+runs libvirtd, virtlogd, sshd, dnsmasq and the probe server from the cached trixie root
+(``lab/hostroot.py``, entered with pivot_root), installed as docs/hosts.md says, without
+Recommends (so without libvirt's interface driver). The fleet has both; its two proxies are
+pinned to B and share their guests across the scenarios, in file order:
+
+1. ``hosts check`` (KVM probe included) on both: each host's libvirt and QEMU versions
+   printed and asserted (9.x / 7.x on A, 11.x / 10.x on B); B's bridge found in
+   /sys/class/net since libvirt there has no interface driver; the probe decided on both.
+2. One apply creates a UEFI and a BIOS proxy on B; both serve the lab's 204 through the
+   squid their userData starts; NVRAM only for UEFI; a second apply makes no mutating call.
+3. A changed userData replaces the UEFI VM on B: the new one defined, started and found
+   healthy before the old one is destroyed and undefined (NVRAM with it); Via says v2.
+4. Both manifests removed: every VM, overlay, seed and NVRAM file of the fleet gone from B.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from labutil import (
+    ROOT,
+    Applied,
+    apply_command,
+    finish_apply,
+    git,
+    nvram_files,
+    pool_files,
+    virsh,
+)
+from test_e2e_apply import OK, Fleet, assert_healthy, files_of, settle
+
+from lab import config as lab_config
+
+LAB_HOSTS = 2
+LAB_DEBIAN13 = 1
+UEFI, BIOS = "debian12", "debian12-bios"
+FIRST = {"n-uefi": UEFI, "n-bios": BIOS}
+STARTED = time.monotonic()
+
+
+class MixedFleet(Fleet):
+    """test_e2e_apply's fleet helpers, for fleet ``d13`` whose proxies all live on B."""
+
+    def where(self, proxy: str) -> tuple[str, str]:
+        found = [
+            (host, name)
+            for host in self.hosts
+            for name in virsh(host, "list", "--all", "--name").split()
+            if name.startswith(f"pf-d13-{proxy}-")
+        ]
+        assert len(found) == 1, found
+        return found[0]
+
+    def apply(self) -> Applied:
+        """apply with a replace timeout for this machine's load: at load ~20 a TCG replacement
+        needed more than the default 600 s to serve, and the replace was (rightly) given up."""
+        config = self.repo.parent / "proxyfleet.yaml"
+        config.write_text(f"repo:\n  url: {self.repo}\nreplaceTimeoutSeconds: 1800\n")
+        log_file = self.log_file()
+        started = time.monotonic()
+        with open(log_file, "w") as log:
+            proc = subprocess.Popen(
+                [*apply_command(self.lab, self.repo), "--config", str(config)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        return finish_apply(proc, started, log_file)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "reconciler", *args, "--repo", str(self.repo)),
+                *("--ssh-key", self.lab["sshKey"], "--known-hosts", self.lab["knownHosts"]),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    @property
+    def debian13(self) -> str:
+        return next(h["name"] for h in self.lab["hosts"] if h["kind"] == "debian13")
+
+
+@pytest.fixture(scope="module")
+def fleet(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> MixedFleet:
+    assert [h["kind"] for h in lab["hosts"]] == ["debian12", "debian13"], lab["hosts"]
+    repo = tmp_path_factory.mktemp("d13") / "fleet"
+    (repo / "proxies").mkdir(parents=True)
+    fl = MixedFleet(lab, repo)
+    images = (lab_config.STATE / "images.yaml").read_text().splitlines()[1:]
+    hosts = "".join(
+        f"    - name: {h['name']}\n      address: {h['address']}\n      port: {h['port']}\n"
+        f"      user: {h['user']}\n      zone: {fl.zones[h['name']]}\n      pool: default\n"
+        "      network: {bridge: br0}\n      domainType: qemu\n      cpuMode: none\n"
+        for h in lab["hosts"]
+    )
+    (repo / "fleet.yaml").write_text(
+        "apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: d13\nspec:\n"
+        + "".join(f"  {line}\n" for line in images)
+        + "  machineTypes:\n    tiny:\n      vcpus: 1\n      memoryMiB: 512\n      diskGiB: 4\n"
+        + "  hosts:\n"
+        + hosts
+        + "  policy:\n    prune: true\n    maxDeletesPerRun: 5\n    allowEmpty: true\n"
+    )
+    for name, image in FIRST.items():
+        fl.put(name, fl.zones[fl.debian13], image, pin=fl.debian13)
+    git(repo, "init", "-q", "-b", "main")
+    fl.commit("two proxies on the Debian 13 host")
+    return fl
+
+
+def test_hosts_check_reports_libvirt_and_qemu_of_each_host_and_the_debian13_host_is_ready(
+    fleet: MixedFleet,
+) -> None:
+    started = time.monotonic()
+    check = fleet.cli("hosts", "check", "--json")
+    reports = {r["host"]: r for r in json.loads(check.stdout)}
+    print(f"hosts check (KVM probe included) took {time.monotonic() - started:.0f} s")
+    kinds = {h["name"]: h["kind"] for h in fleet.lab["hosts"]}
+    for name, report in reports.items():
+        kvm = next(i for i in report["items"] if i["name"] == "kvm")
+        print(
+            f"{name} ({kinds[name]}): libvirt {report['libvirt_version']}, "
+            f"QEMU {report['qemu_version']}; kvm: {kvm['detail']}"
+        )
+        assert report["kvm_usable"] is not None, kvm
+    a, b = (reports[h["name"]] for h in fleet.lab["hosts"])
+    assert a["libvirt_version"].startswith("9.") and a["qemu_version"].startswith("7."), a
+    assert b["libvirt_version"].startswith("11.") and b["qemu_version"].startswith("10."), b
+    assert check.returncode == 0, check.stdout
+    network = next(i for i in b["items"] if i["name"] == "network")
+    assert network["detail"] == (
+        "bridge 'br0' present (seen in /sys/class/net; libvirt has no interface driver)"
+    )
+
+
+def test_uefi_and_bios_proxies_are_created_on_libvirt_11_and_serve(fleet: MixedFleet) -> None:
+    applied = fleet.apply()
+    assert sorted(a["proxy"] for a in applied.actions("create")) == sorted(FIRST)
+    final = settle(fleet, applied, list(FIRST))
+    for name, image in FIRST.items():
+        entry = assert_healthy(fleet, final, name)
+        assert entry["host"] == fleet.debian13, entry
+        has_nvram = any(f.startswith(entry["domain"]) for f in nvram_files(entry["host"]))
+        assert has_nvram == (image == UEFI), (entry, nvram_files(entry["host"]))
+    again = fleet.apply()
+    assert {a["action"] for a in again.result["plan"]["actions"]} == {"keep"}
+    assert again.mutating_calls() == [] and again.code == 0, again.result["problems"]
+
+
+def test_a_changed_user_data_replaces_the_vm_on_libvirt_11_new_one_first(
+    fleet: MixedFleet,
+) -> None:
+    host, old = fleet.where("n-uefi")
+    fleet.put("n-uefi", fleet.zones[host], UEFI, tag="v2", pin=host)
+    fleet.commit("n-uefi: new squid config")
+    applied = fleet.apply()
+    (replace,) = applied.actions("replace")
+    new = replace["domain"]
+    assert replace["replaces"] == {"host": host, "domain": old} and new != old, replace
+    assert applied.code == 0, applied.result["problems"]
+    entry = assert_healthy(fleet, applied, "n-uefi", tag="v2")
+    assert entry["domain"] == new
+    defined = applied.first(rf"rpc=virDomainDefineXML host=\S+ domain={new} {OK}")
+    started = applied.first(rf"rpc=virDomainCreate host=\S+ domain={new} {OK}")
+    healthy = applied.first(rf"New VM {new} is healthy")
+    destroyed = applied.first(rf"rpc=virDomainDestroy host={host} domain={old} {OK}")
+    undefined = applied.first(rf"rpc=virDomainUndefineFlags host={host} domain={old} .*{OK}")
+    assert defined <= started < healthy <= destroyed <= undefined
+    names = virsh(host, "list", "--all", "--name").split()
+    assert old not in names and new in names
+    assert not files_of(old) & pool_files(host), pool_files(host)
+    assert not any(f.startswith(old) for f in nvram_files(host)), nvram_files(host)
+
+
+def test_removed_manifests_delete_every_vm_overlay_seed_and_nvram_on_libvirt_11(
+    fleet: MixedFleet,
+) -> None:
+    host = fleet.debian13
+    doms = [d for d in virsh(host, "list", "--all", "--name").split() if d.startswith("pf-d13-")]
+    assert len(doms) == 2, doms
+    for name in FIRST:
+        (fleet.repo / "proxies" / f"{name}.yaml").unlink()
+    # Removing every proxy is a 100 % shrink: the guard stalls it unless acknowledged.
+    fleet_yaml = fleet.repo / "fleet.yaml"
+    fleet_yaml.write_text(fleet_yaml.read_text() + "    acknowledgeShrinkTo: 0\n")
+    fleet.commit("no proxies")
+    applied = fleet.apply()
+    assert sorted(a["domain"] for a in applied.actions("delete")) == sorted(doms)
+    assert applied.code == 0, applied.result["problems"]
+    left = virsh(host, "list", "--all", "--name").split()
+    assert not [d for d in left if d.startswith("pf-d13-")], left
+    for domain in doms:
+        assert not files_of(domain) & pool_files(host), pool_files(host)
+    assert not any(f.startswith("pf-d13-") for f in nvram_files(host)), nvram_files(host)
+    print(f"test_e2e_debian13: {time.monotonic() - STARTED:.0f} s since import")
