@@ -59,6 +59,12 @@ from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
 log = logging.getLogger("reconciler.ssh")
+# paramiko's transport thread logs its own tracebacks at ERROR when a handshake fails
+# (a dial whose deadline closed the socket: "Error reading SSH protocol banner ... Bad
+# file descriptor"). The same failure reaches the dial as an exception, which is
+# classified and logged once (reconciler.errors); the thread's copy is noise, and it
+# can fire after the dial gave up, into whatever stream logging then points at.
+logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
 SSH_HELPER_COMMAND = "virt-ssh-helper qemu:///system"
 STREAMLOCAL_RETRY = 300.0
