@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from reconciler.core.plan.vms import block
 from reconciler.errors import PermanentError
 from reconciler.model import ActionKind, Plan, Repo
 from reconciler.model.inventory import Inventory
-from reconciler.model.plan import Action, Blocked, replaced
+from reconciler.model.plan import Action
 from reconciler.model.report import ActionOutcome, ActionResult
 
 log = logging.getLogger(__name__)
@@ -202,12 +203,4 @@ def _blocked(action: Action, max_deletes: int, window: timedelta, *, unreadable:
         reason = "the record of recent deletes is unreadable; deletes wait until it is fixed"
     else:
         reason = f"deletes beyond maxDeletesPerRun ({max_deletes}) within {seconds} s"
-    return Blocked(
-        reason=reason,
-        proxy=action.proxy,
-        host=action.host,
-        domain=action.domain,
-        digest=action.digest,
-        blocks=action.kind,
-        replaces=replaced(action),
-    )
+    return block(action, reason)
