@@ -227,6 +227,11 @@ class Applied:
 
 
 def apply_command(lab: dict[str, Any], repo: Path) -> list[str]:
+    """``proxyfleet -v apply`` of ``repo`` with a state dir of its own beside it.
+
+    The state dir holds the delete window (``deletes.json``, maxDeletesPerRun per hour):
+    one shared by every module let test_e2e_apply's and test_e2e_resources' deletes use up
+    test_e2e_debian13's budget in a full run, which then deleted one of its two VMs."""
     return [
         sys.executable,
         "-m",
@@ -242,7 +247,7 @@ def apply_command(lab: dict[str, Any], repo: Path) -> list[str]:
         "--known-hosts",
         lab["knownHosts"],
         "--state-dir",
-        str(lab_config.STATE / "e2e-proxyfleet"),
+        str(repo.parent / "proxyfleet-state"),
     ]
 
 

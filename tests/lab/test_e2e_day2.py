@@ -17,10 +17,14 @@ b. a commit gives every proxy a userData whose squid never starts: the rollout c
    one new VM (batch 1 of 3), which fails its health gate; RolloutHalted is in the status,
    no second new VM is made, and the three old VMs answer every sample with the old
    version; a revert commit deletes the broken VM and leaves the three old ones serving;
-Scenario a of issue 11 (an image update rolled with maxUnavailable 1 and a sampler) is on
-branch day2-scenario-a: its first full run met the fleet's delete window
-(maxDeletesPerRun 5 within an hour: d, b and a's first batch had used it) and was not
-run again before this landing.
+a. a commit gives the proxies' image key a new url and sha256 (a byte-different copy of the
+   lab image, lab.imageupdate.recompressed) and ``policy.rollout: {maxUnavailable: 1,
+   maxSurge: 1}``: every proxy gets a new VM in two batches (pfh-a and pfh-b at once, pfh-c
+   once both are healthy; why maxSurge 1: the test's docstring), while a sampler that asks
+   every leased address every 2 s (lab.answering) never finds fewer than 2 of the 3 proxies
+   answering through squid; each new VM's disk backs onto the new content-named base, and
+   the old base leaves every host's pool in the run after the rollout. Coming last, it costs
+   the rollout alone (two create-to-healthy times, ~5-6 min on a quiet machine).
 """
 
 from __future__ import annotations
@@ -31,15 +35,16 @@ import os
 import re
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from signal import SIGKILL
 from typing import Any
 
 import pytest
-from labutil import clear_domains, lab_daemon, layout, virsh
+from labutil import Sampler, clear_domains, lab_daemon, layout, pool_files, virsh
 from test_e2e_daemon import (
     SECRET,
     DaemonProcess,
@@ -50,7 +55,12 @@ from test_e2e_daemon import (
     wait_for,
 )
 
+from lab import config as lab_config
 from lab import hosts as lab_hosts
+from lab import imagebuild, imageupdate
+from lab.answering import Answering
+from reconciler.model import Image
+from reconciler.model.vm import base_marker_name, base_volume_name
 
 LAB_HOSTS = 2
 FLEET = "e2eh"
@@ -82,7 +92,10 @@ def fleet_yaml(
         f"  images:\n    {IMAGE_KEY}:\n      url: {url}\n      sha256: {sha256}\n"
         "      format: qcow2\n      firmware: uefi\n"
     )
-    policy = "  policy:\n    prune: true\n    maxDeletesPerRun: 5\n"
+    # maxDeletesPerRun holds per hour across cycles and restarts (the daemon's deletes.json).
+    # Scenarios d, b and a replace or delete more than 5 VMs within the hour (c's restarts
+    # count none); 5 blocked pfh-c in a's second batch on the first full run.
+    policy = "  policy:\n    prune: true\n    maxDeletesPerRun: 20\n"
     if rollout:
         policy += "    rollout:\n" + "".join(f"      {line}\n" for line in rollout.splitlines())
     hosts = "".join(
@@ -546,3 +559,146 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
 
 def rig_old(found: dict[str, Vm], proxy: str) -> str:
     return of_proxy(found, proxy)[0]
+
+
+ROLLOUT = "maxUnavailable: 1\nmaxSurge: 1"
+"""Scenario a's policy.rollout: batches of maxSurge + maxUnavailable = 2 of the 3 proxies."""
+
+
+def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
+    rig: Rig,
+) -> None:
+    """One commit gives IMAGE_KEY a new url and sha256 (a byte-different copy of the lab
+    image, made once and cached beside it, so a cold image directory can make it) and
+    ``policy.rollout: {maxUnavailable: 1, maxSurge: 1}``.
+
+    maxSurge 1 makes batches of 2 (surge + unavailable) of the 3 proxies: two batches, the
+    second started only once the first's two new VMs are healthy, and two replaces in flight
+    at once, so a rollout that took an old VM away before its successor served would drop
+    to N - 2 and fail the N - 1 floor. With maxSurge 0 the batches hold one replace: a
+    third create-to-healthy time (~3 min), and a one-at-a-time rollout never goes below
+    N - 1 whatever it does, so the floor would prove less; with maxSurge 2 or more, all
+    three roll at once and no pacing is seen."""
+    lab, daemon, remote = rig.lab, rig.daemon, rig.remote
+    t0 = time.monotonic()
+    source = imagebuild.cached(lab_config.IMAGES_DIR)
+    assert source is not None and str(source.path) == lab["image"]["path"], lab["image"]
+    copy = imageupdate.recompressed(source)
+    rig.timings["a: second image"] = time.monotonic() - t0
+    new_url = lab["imageServer"].rstrip("/") + "/" + copy.path.name
+    old_base = base_volume_name(
+        Image(key=IMAGE_KEY, url=lab["image"]["url"], sha256=lab["image"]["sha256"])
+    )
+    new_base = base_volume_name(Image(key=IMAGE_KEY, url=new_url, sha256=copy.sha256))
+    hosts = [h["name"] for h in lab["hosts"]]
+    before = vms(lab)
+    assert len(before) == len(PROXIES), before
+    for host in {vm.host for vm in before.values()}:
+        assert old_base in pool_files(host) and new_base not in pool_files(host), host
+    leases = [layout(host).leases for host in hosts]
+    serving = re.compile(rf"\b({'|'.join(map(re.escape, PROXIES))})-g1\b")
+    answering = Answering(leases, lab["probeUrl"], serving, timeout=10.0)
+    listed = [Sampler(host, interval=2.0) for host in hosts]  # running domains
+
+    def rolled() -> bool:
+        halted = rig.condition("RolloutHalted")
+        assert halted is None, f"the image rollout halted: {halted}"
+        found = vms(lab)
+        new = [of_proxy(found, p) for p in PROXIES]
+        if any(len(d) != 1 or d[0] in before for d in new):
+            return False
+        proxies = rig.proxies()
+        return rig.all_healthy() and all(
+            proxies[p]["domain"] == d[0] for p, d in zip(PROXIES, new, strict=True)
+        )
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.closing(answering))
+        stack.enter_context(answering)
+        for sampler in listed:
+            stack.enter_context(sampler)
+        rig.wait(
+            "the sampler to see every proxy answer",
+            lambda: bool(answering.samples) and len(answering.samples[-1][1]) == len(PROXIES),
+            timeout=120,
+        )
+        committed = time.time()
+        remote.push(
+            f"{IMAGE_KEY}: a new image ({copy.sha256[:12]}), rolled one unavailable at most",
+            {"fleet.yaml": fleet_yaml(lab, image=(new_url, copy.sha256), rollout=ROLLOUT)},
+        )
+        assert daemon.hook() == 202
+        rig.wait("every proxy on a new VM", rolled, timeout=2 * REPLACE_TIMEOUT + 300, step=5)
+    rig.timings["a: commit -> rolled"] = time.time() - committed
+    counts = [len(seen) for when, seen in answering.samples if when >= committed]
+    print(
+        f"a: {len(counts)} samples after the commit, least answering {min(counts, default=0)} "
+        f"of {len(PROXIES)}"
+    )
+    assert len(counts) >= 10, counts
+    assert min(counts) >= len(PROXIES) - 1, [
+        (time.strftime("%H:%M:%S", time.gmtime(when)), sorted(seen))
+        for when, seen in answering.samples
+        if when >= committed and len(seen) < len(PROXIES) - 1
+    ]
+
+    after = vms(lab)
+    new = {p: of_proxy(after, p)[0] for p in PROXIES}
+    assert sorted(after) == sorted(new.values()), after
+    for domain in new.values():
+        assert after[domain].state == "running", after
+        assert backing_base(after[domain].host, domain) == new_base, domain
+    # Paced: batch 1 (pfh-a, pfh-b: by proxy name) ran at once; batch 2 (pfh-c) began only
+    # once both of batch 1's new VMs were healthy. A listing is stamped when it is in, so a
+    # domain's first listing is no earlier than its start.
+    log = daemon.log()
+    healthy = {p: logged_at(log, f"New VM {new[p]} is healthy at") for p in PROXIES}
+    first = {
+        p: min(when for s in listed for when, seen in s.samples if new[p] in seen) for p in PROXIES
+    }
+    assert max(first["pfh-a"], first["pfh-b"]) < min(healthy["pfh-a"], healthy["pfh-b"]), (
+        first,
+        healthy,
+    )
+    assert first["pfh-c"] > max(healthy["pfh-a"], healthy["pfh-b"]), (first, healthy)
+
+    t1 = time.monotonic()
+    rig.wait(  # removed by the first run that sees no overlay on it (the one after the rollout)
+        f"{old_base} gone from every host",
+        lambda: all(
+            not {old_base, base_marker_name(old_base)} & pool_files(host) for host in hosts
+        ),
+        timeout=20 * INTERVAL,
+        step=5,
+    )
+    rig.timings["a: rolled -> old base gone"] = time.monotonic() - t1
+    # The host's own line per volume (logfmt quotes the message): the base itself went.
+    assert f'deleted unused base volume {old_base}"' in daemon.log(), daemon.log()[-4000:]
+    for name, proxy in rig.proxies().items():
+        status, header = probe_through(proxy["ip"], lab["probeUrl"])
+        assert status == 204 and via(name, 1) in header, (name, header)
+    rig.timings["a: total"] = time.monotonic() - t0
+    print(f"a: scenario took {rig.timings['a: total']:.0f} s")
+
+
+def backing_base(host: str, domain: str) -> str:
+    """The file name the backing chain of ``domain``'s disk ends in, read through virsh."""
+    rows = [line.split() for line in virsh(host, "domblklist", "--details", domain).splitlines()]
+    disk = next(row[3] for row in rows if len(row) >= 4 and row[1] == "disk")
+    path = disk
+    for _ in range(8):
+        found = ET.fromstring(virsh(host, "vol-dumpxml", path)).findtext("backingStore/path")
+        if not found:
+            return Path(path).name
+        path = found
+    raise AssertionError(f"the disk of {domain} has a backing chain longer than 8")
+
+
+def logged_at(log: str, text: str) -> float:
+    """Epoch seconds of the first daemon log line (logfmt) that contains ``text``."""
+    for line in log.splitlines():
+        if text in line:
+            stamp = line.split(" ", 1)[0].removeprefix("time=")
+            when = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            return when.timestamp()
+    raise AssertionError(f"no daemon log line contains {text!r}:\n{log[-4000:]}")
