@@ -20,8 +20,9 @@ host may carry ``capacity`` (``cpus``, ``memoryMiB``, ``poolCapacityBytes``,
 ``poolAvailableBytes``), and the document ``baseSizes``: bytes by base volume
 name, for the bases a plan may upload (a base not listed: size not known yet).
 
-``schemas/inventory.schema.json`` states the shape; what a schema cannot say
-(a host or a domain listed twice) is checked here. Parsing collects every
+``schemas/inventory.schema.json`` states the shape, validated by the manifests'
+machinery (``schemacheck.validator``: counts are whole numbers there too);
+what a schema cannot say (a host or a domain listed twice) is checked here. Parsing collects every
 problem, each naming the file, line, column and field
 (``hosts[1].domains[0].state``), and raises one InvalidInput.
 """
@@ -30,20 +31,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import ValidationError
 
 from reconciler.core.load.jsonload import load_json
+from reconciler.core.load.schemacheck import INVENTORY, validator
 from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.inventory import BaseSize, Capacity
-
-SCHEMA_FILE = "inventory.schema.json"
 
 _OWNER_EXTRA = (
     ("imageKey", "image_key"),
@@ -130,26 +128,9 @@ def _domain_to_dict(domain: Domain) -> dict[str, Any]:
     return found
 
 
-def _whole(_checker: object, instance: object) -> bool:
-    """JSON Schema counts 1.0 as an integer; a count in this file is written without a point."""
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_Validator = validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole),
-)
-
-
-@cache
-def _validator() -> Any:
-    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
-    return _Validator(json.loads(text))
-
-
 def _schema_problems(document: Document) -> list[Problem]:
     """Every schema error as a Problem in the format's own words, one per field."""
-    errors = list(_validator().iter_errors(document.data))
+    errors = list(validator(INVENTORY).iter_errors(document.data))
     typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     found: dict[tuple[int, int, str], Problem] = {}
     for error in errors:
