@@ -14,9 +14,9 @@ slip past ``minimum``/``maximum``: every comparison with NaN is False), and an
 integer is written without a point (JSON Schema counts ``2.0`` as an integer;
 it would reach the model, and a domain's XML, as ``2.0``).
 
-The daemon config and the inventory JSON are validated by the same machinery
-(``validator(DAEMON)``, ``validator(INVENTORY)``); their loaders keep their
-own wording.
+The daemon config (``DAEMON``) and the inventory JSON (``INVENTORY``) go through
+the same ``check``: one wording, one way of pinning an error to its line, for
+every file proxyfleet reads. Their loaders add only what a schema cannot say.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 def check(document: Document, kind: str) -> list[Problem]:
-    """Every schema problem of ``document`` validated as ``kind``."""
+    """Every schema problem of ``document`` validated as ``kind`` (a manifest kind, ``DAEMON``
+    or ``INVENTORY``), sorted by line and column."""
     errors = list(validator(kind).iter_errors(document.data))
     # "unknown field 'imgae' (did you mean 'image'?)" already says image is missing.
     suggested: set[FieldPath] = set()
@@ -125,8 +126,12 @@ def check(document: Document, kind: str) -> list[Problem]:
                 best = None if key in allowed else suggest(key, allowed)
                 if best:
                     suggested.add((*error.absolute_path, best))
+    # A value of the wrong type: its type is the one thing to say about it.
+    typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     found: set[Problem] = set()
     for error in errors:
+        if error.validator != "type" and tuple(error.absolute_path) in typed:
+            continue
         found.update(_problems(error, document, suggested))
     return sorted(found, key=lambda p: (p.line, p.column, p.field, p.message))
 
@@ -220,6 +225,8 @@ def _describe(error: ValidationError, sub: dict[str, Any], hint: str | None) -> 
         return f"must be at most {value} (got {instance!r})"
     if error.validator == "exclusiveMinimum":
         return f"must be greater than {value} (got {instance!r})"
+    if error.validator in ("oneOf", "anyOf") and hint:
+        return f"{hint} (got {got})"
     return hint or error.message
 
 
