@@ -13,6 +13,7 @@ their input through here, so a case reads like the situation it describes
     proxies:
       - {name: web-1, zone: a, host: kvm01, userData: "...", protect: true,
          image: debian, machineType: small, installGuestAgent: true}
+      - {proxySet: web, replicas: 2, zone: a}   # web-0, web-1 (as kind: ProxySet names them)
     inventory:                    # a host left out is missing from the inventory
       kvm01:
         - {proxy: web-1, state: running}          # owned, current digest
@@ -69,6 +70,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reconciler.core.load.proxyset import member_name
 from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import (
@@ -130,7 +132,20 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
             overcommit=Overcommit(**policy.get("overcommit", {})),
         ),
     )
-    return Repo(fleet=built, proxies=tuple(sorted((_proxy(p) for p in proxies), key=_name)))
+    expanded = [member for raw in proxies for member in _members(raw)]
+    return Repo(fleet=built, proxies=tuple(sorted((_proxy(p) for p in expanded), key=_name)))
+
+
+def _members(raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A ``{proxySet: web, replicas: 2, ...}`` entry: its proxies, named as the loader names
+    them (the rest of the entry is their template); any other entry: itself."""
+    if "proxySet" not in raw:
+        return [raw]
+    template = {key: value for key, value in raw.items() if key not in ("proxySet", "replicas")}
+    return [
+        {**template, "name": member_name(raw["proxySet"], ordinal)}
+        for ordinal in range(raw["replicas"])
+    ]
 
 
 def _name(p: Proxy) -> str:

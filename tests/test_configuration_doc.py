@@ -11,11 +11,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"
-SECTIONS = {"fleet": "## `fleet.yaml` (kind: Fleet)", "proxy": "## Proxy manifests (kind: Proxy)"}
+SECTIONS = {
+    "fleet": "## `fleet.yaml` (kind: Fleet)",
+    "proxy": "## Proxy manifests (kind: Proxy)",
+    "proxyset": "## ProxySet manifests (kind: ProxySet)",
+}
 
 
 def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
+    """``node`` with its local ``$ref`` followed; a reference to another schema (fleet.yaml's
+    proxyDefaults: the Proxy's spec) is documented by a row of its own, not field by field."""
+    while "$ref" in node and node["$ref"].startswith("#/"):
         name = node["$ref"].removeprefix("#/$defs/")
         rest = {key: value for key, value in node.items() if key != "$ref"}
         node = {**schema["$defs"][name], **rest}

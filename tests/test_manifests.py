@@ -249,20 +249,20 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
         r.fleet.policy.rollout.max_unavailable.value
     ),
     ("fleet", "$defs.policy.maxShrinkPercent"): lambda r: r.fleet.policy.max_shrink_percent,
-    ("proxy", "spec.cloudInit.userData"): lambda r: r.proxies[0].cloud_init.user_data,
+    ("proxy", "$defs.cloudInit.userData"): lambda r: r.proxies[0].cloud_init.user_data,
     ("proxy", "spec.installGuestAgent"): lambda r: r.proxies[0].install_guest_agent,
-    ("proxy", "spec.health.proxyPort"): lambda r: r.proxies[0].health.proxy_port,
-    ("proxy", "spec.health.probeURL"): lambda r: r.proxies[0].health.probe_url,
-    ("proxy", "spec.health.expectStatus"): lambda r: r.proxies[0].health.expect_status,
-    ("proxy", "spec.health.timeoutSeconds"): lambda r: r.proxies[0].health.timeout_seconds,
-    ("proxy", "spec.health.replaceAfterSeconds"): lambda r: (
+    ("proxy", "$defs.health.proxyPort"): lambda r: r.proxies[0].health.proxy_port,
+    ("proxy", "$defs.health.probeURL"): lambda r: r.proxies[0].health.probe_url,
+    ("proxy", "$defs.health.expectStatus"): lambda r: r.proxies[0].health.expect_status,
+    ("proxy", "$defs.health.timeoutSeconds"): lambda r: r.proxies[0].health.timeout_seconds,
+    ("proxy", "$defs.health.replaceAfterSeconds"): lambda r: (
         r.proxies[0].health.replace_after_seconds
     ),
-    ("proxy", "spec.health.maxRestarts"): lambda r: r.proxies[0].health.max_restarts,
-    ("proxy", "spec.health.restartWindowSeconds"): lambda r: (
+    ("proxy", "$defs.health.maxRestarts"): lambda r: r.proxies[0].health.max_restarts,
+    ("proxy", "$defs.health.restartWindowSeconds"): lambda r: (
         r.proxies[0].health.restart_window_seconds
     ),
-    ("proxy", "spec.lifecycle.protect"): lambda r: r.proxies[0].lifecycle.protect,
+    ("proxy", "$defs.lifecycle.protect"): lambda r: r.proxies[0].lifecycle.protect,
 }
 
 

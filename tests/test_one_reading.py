@@ -32,8 +32,8 @@ def _spend_after_reading(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     readings: Counter[str] = Counter()
 
     def wrap(read: Any) -> Any:
-        def reading_then_spent(document: Document, *, valid: bool) -> Any:
-            result = read(document, valid=valid)
+        def reading_then_spent(document: Document, *, valid: bool, **options: Any) -> Any:
+            result = read(document, valid=valid, **options)
             readings[document.file] += 1
             object.__setattr__(document, "data", Spent())
             return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -102,21 +102,21 @@ def is_cloud_config(text: str) -> bool:
     return text.startswith(HEADER) and text[len(HEADER) : len(HEADER) + 1] in ("", "\n", "\r", " ")
 
 
-def check(proxy: ProxyReading, lines: Sequence[str]) -> list[Problem]:
-    """Problems of the proxy's userData as a cloud-config ([] when it is not one)."""
-    text, document = proxy.user_data, proxy.document
-    if text is None or not is_cloud_config(text):
+def check(proxy: ProxyReading, lines: Mapping[str, Sequence[str]]) -> list[Problem]:
+    """Problems of the proxy's userData as a cloud-config ([] when it is not one);
+    ``lines``: every file's lines by path (the manifest's, or the userData file's)."""
+    text, source = proxy.user_data, proxy.source
+    if text is None or source is None or not is_cloud_config(text):
         return []
 
-    def manifest_line(line: int) -> int:
-        return userdata.manifest_mark(document, lines, line).line
+    def where(line: int) -> int:
+        return userdata.problem(source, lines, line, "").line
 
     found = set()
     for line, message in findings(_placeholders(text)):
-        mark = userdata.manifest_mark(document, lines, line)
-        # "(first at line 4)": a line of the cloud-config, said as the manifest's line.
-        message = _LINE.sub(lambda m: f"line {manifest_line(int(m[1]))}", message)
-        found.add(Problem(document.file, mark.line, mark.column, userdata.FIELD, message))
+        # "(first at line 4)": a line of the cloud-config, said as the file's line.
+        message = _LINE.sub(lambda m: f"line {where(int(m[1]))}", message)
+        found.add(userdata.problem(source, lines, line, message))
     return sorted(found, key=_order)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from reconciler.core import naming
+from reconciler.core.load import proxydefaults
 from reconciler.core.load.reading import FleetReading, ProxyReading
 from reconciler.core.load.schemacheck import did_you_mean
 from reconciler.core.load.yamlload import Document, FieldPath, format_path
@@ -44,20 +45,36 @@ def check_fleet(fleet: FleetReading) -> Iterator[Problem]:
                 yield _at(document, (*host.path, "address"), message)
             else:
                 endpoints[endpoint] = ((*host.path, "address"), str(host.name))
+    base: FieldPath = (*proxydefaults.DEFAULTS_PATH, "placement")
+    known = {"zone": fleet.zones, "image": fleet.images, "machineType": fleet.machine_types}
+    for key, value in fleet.default_references:
+        if key == "image" and naming.is_image_url(value):
+            continue
+        if value not in known[key]:
+            what = "machine type" if key == "machineType" else key
+            yield _at(document, (*base, key), _unknown(what, value, known[key]))
 
 
 def check_proxies(proxies: Iterable[ProxyReading], fleet: FleetReading | None) -> Iterator[Problem]:
     """Unique proxy names; names, zones, images, machine types, hosts that resolve."""
-    first_seen: dict[str, Document] = {}
+    first_seen: dict[str, ProxyReading] = {}
     name_path: FieldPath = ("metadata", "name")
     for proxy in sorted(proxies, key=lambda p: (p.document.file, p.document.start.line)):
         document, name = proxy.document, proxy.name
         if name is not None:
             if name in first_seen:
-                where = _where(first_seen[name], name_path)
-                yield _at(document, name_path, f"duplicate proxy name '{name}' (also at {where})")
+                first = first_seen[name]
+                where = _where(first.document, name_path)
+                if proxy.set_name is None and first.set_name is None:
+                    message = f"duplicate proxy name '{name}' (also at {where})"
+                else:
+                    message = (
+                        f"duplicate proxy name '{name}': {_what(proxy)} here, "
+                        f"{_what(first)} at {where}"
+                    )
+                yield _at(document, name_path, message)
             else:
-                first_seen[name] = document
+                first_seen[name] = proxy
         if fleet is not None:
             yield from _check_references(proxy, fleet)
 
@@ -73,15 +90,21 @@ def _check_references(proxy: ProxyReading, fleet: FleetReading) -> Iterator[Prob
             )
             yield _at(document, ("metadata", "name"), message)
     base: FieldPath = ("spec", "placement")
+
+    def own(key: str) -> bool:  # a default's reference is checked once, at fleet.yaml
+        return not proxydefaults.inherits(proxy.inherited, (*base, key))
+
     image = proxy.image
-    if image is not None and not naming.is_image_url(image) and image not in fleet.images:
+    known_image = image is None or naming.is_image_url(image) or image in fleet.images
+    if not known_image and own("image"):
+        assert image is not None
         yield _at(document, (*base, "image"), _unknown("image", image, fleet.images))
     machine_type = proxy.machine_type
-    if machine_type is not None and machine_type not in fleet.machine_types:
+    if machine_type is not None and machine_type not in fleet.machine_types and own("machineType"):
         message = _unknown("machine type", machine_type, fleet.machine_types)
         yield _at(document, (*base, "machineType"), message)
     zone = proxy.zone
-    if zone is not None and zone not in fleet.zones:
+    if zone is not None and zone not in fleet.zones and own("zone"):
         yield _at(document, (*base, "zone"), _unknown("zone", zone, fleet.zones))
     host = proxy.host
     if host is not None:
@@ -92,6 +115,12 @@ def _check_references(proxy: ProxyReading, fleet: FleetReading) -> Iterator[Prob
         elif zone is not None and host_zone != zone:
             message = f"host '{host}' is in zone '{host_zone}', not in '{zone}'"
             yield _at(document, (*base, "host"), message)
+
+
+def _what(proxy: ProxyReading) -> str:
+    if proxy.set_name is None:
+        return "a Proxy"
+    return f"a proxy of ProxySet '{proxy.set_name}'"
 
 
 def _unknown(what: str, name: str, known: Iterable[str]) -> str:

@@ -17,14 +17,24 @@ file and line: nothing may act on a half-valid fleet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from reconciler.core.load import cloudconfig, crossref, repofiles
+from reconciler.core.load import (
+    cloudconfig,
+    crossref,
+    proxydefaults,
+    proxyset,
+    repofiles,
+    userdatafile,
+)
 from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet, read_proxy
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
 from reconciler.core.load.schemacheck import SCHEMA_FILES, check, did_you_mean
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
-from reconciler.core.load.yamlload import Document, load_documents
+from reconciler.core.load.userdatafile import UserDataFiles
+from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import Repo
 from reconciler.model.secrets import SecretValue
@@ -58,9 +68,10 @@ def load_repo(
     problems: list[Problem] = []
     fleets: list[FleetReading] = []
     proxies: list[ProxyReading] = []
+    pending: list[tuple[Document, str]] = []
     broken_files: set[str] = set()
     reader = Reader(root, limits)
-    lines: dict[str, list[str]] = {}
+    lines: dict[str, Sequence[str]] = {}
     for entry in repofiles.walk(root):
         if entry.problem:
             problems.append(Problem(entry.rel, 0, 0, "", entry.problem))
@@ -72,13 +83,23 @@ def load_repo(
             broken_files.add(entry.rel)
         problems.extend(found)
         for document in documents:
-            problems.extend(_classify(document, fleets, proxies))
+            problems.extend(_classify(document, fleets, pending))
     fleet = _pick_fleet(root, fleets, broken_files, problems)
+    # Proxies are read once fleet.yaml is, wherever they sit: its defaults merge into them.
+    defaults = _defaults(fleet)
+    for document, kind in pending:
+        problems.extend(_read_proxies(document, kind, defaults, proxies))
+    files = UserDataFiles(reader)
     resolver = SecretResolver(root, reader, secrets)
     resolved: dict[int, tuple[SecretValue, ...]] = {}
-    for proxy in proxies:
-        problems.extend(cloudconfig.check(proxy, lines[proxy.document.file]))
-        found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines[proxy.document.file])
+    for index, reading in enumerate(proxies):
+        proxy, found_here = userdatafile.resolve(
+            reading, fleet.document if fleet else None, files, lines
+        )
+        proxies[index] = proxy
+        problems.extend(found_here)
+        problems.extend(cloudconfig.check(proxy, lines))
+        found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
     if fleet is not None:
@@ -119,32 +140,73 @@ def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem
 
 
 def _classify(
-    document: Document, fleets: list[FleetReading], proxies: list[ProxyReading]
+    document: Document, fleets: list[FleetReading], pending: list[tuple[Document, str]]
 ) -> list[Problem]:
-    """Schema problems of one document; a Fleet or Proxy one is read into ``fleets`` or
-    ``proxies`` (its model built when the schema check passed)."""
+    """Problems of one document's kind; a Fleet is checked and read into ``fleets`` (its
+    model built when the schema check passed), a Proxy or ProxySet left in ``pending``."""
     data = document.data
     start = document.start
     if not isinstance(data, dict):
         got = "a list" if isinstance(data, list) else "a scalar"
-        message = f"document is not a mapping (got {got}); expected a Fleet or Proxy manifest"
+        message = f"document is not a mapping (got {got}); expected a {_KINDS} manifest"
         return [Problem(document.file, start.line, start.column, "", message)]
     kind = data.get("kind")
     if kind is None:
-        message = "required field is missing (kind: Fleet or kind: Proxy)"
+        message = "required field is missing (kind: Fleet, kind: Proxy or kind: ProxySet)"
         return [Problem(document.file, start.line, start.column, "kind", message)]
     if not isinstance(kind, str) or kind not in SCHEMA_FILES:
         mark = document.value_mark(("kind",))
-        message = (
-            f"unknown kind {kind!r}{did_you_mean(str(kind), SCHEMA_FILES)}; expected Fleet or Proxy"
-        )
+        suggestion = did_you_mean(str(kind), SCHEMA_FILES)
+        message = f"unknown kind {kind!r}{suggestion}; expected {_KINDS}"
         return [Problem(document.file, mark.line, mark.column, "kind", message)]
+    if kind != "Fleet":
+        pending.append((document, kind))
+        return []
     problems = check(document, kind)
-    if kind == "Fleet":
-        fleets.append(read_fleet(document, valid=not problems))
-    else:
-        proxies.append(read_proxy(document, valid=not problems))
+    fleets.append(read_fleet(document, valid=not problems))
     return problems
+
+
+_KINDS = "Fleet, Proxy or ProxySet"
+
+
+def _defaults(fleet: FleetReading | None) -> dict[str, Any]:
+    """fleet.yaml's proxyDefaults as written (checked there, and merged even when they
+    failed: ``_own`` drops what a proxy would only repeat of their problems)."""
+    return fleet.proxy_defaults if fleet is not None else {}
+
+
+def _own(problems: list[Problem], inherited: frozenset[FieldPath]) -> list[Problem]:
+    """The problems not at a value inherited from the defaults (fleet.yaml reports those)."""
+    fields = [format_path(path) for path in inherited]
+    return [
+        p
+        for p in problems
+        if not any(p.field == f or p.field.startswith((f + ".", f + "[")) for f in fields)
+    ]
+
+
+def _read_proxies(
+    document: Document, kind: str, defaults: dict[str, Any], proxies: list[ProxyReading]
+) -> list[Problem]:
+    """Schema problems of a Proxy or ProxySet document, the defaults merged in; its
+    proxies are read into ``proxies`` (a ProxySet's: one reading per replica)."""
+    if kind == "Proxy":
+        merged, inherited = proxydefaults.apply(document, defaults)
+        found = check(merged, kind)
+        proxies.append(read_proxy(merged, valid=not found, inherited=inherited))
+        return _own(found, inherited)
+    merged, inherited = proxydefaults.apply(proxyset.template(document), defaults)
+    # The set's name is checked by its own schema (with room for -<ordinal>).
+    found = [p for p in check(merged, "Proxy") if p.field != proxyset.NAME_FIELD]
+    found.extend(check(document, kind))
+    valid = not found
+    metadata = document.data.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if isinstance(name, str):
+        for member in proxyset.members(merged, name, proxyset.replicas(document)):
+            proxies.append(read_proxy(member, valid=valid, inherited=inherited, set_name=name))
+    return sorted(set(_own(found, inherited)), key=_order)
 
 
 def _pick_fleet(

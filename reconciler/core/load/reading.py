@@ -17,7 +17,7 @@ every later step:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from reconciler.core.load.yamlload import Document, FieldPath
@@ -67,6 +67,20 @@ class HostEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class UserDataSource:
+    """Where a proxy's userData text was written, for pinning problems inside it.
+
+    ``document`` and ``path`` name the manifest field (the proxy's own, or fleet.yaml's
+    ``spec.proxyDefaults`` one it inherited); ``file`` is the repo-relative userData file
+    when the field is ``userDataFile`` (problems then point into that file).
+    """
+
+    document: Document
+    path: FieldPath
+    file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FleetReading:
     """A Fleet document, read once: what proxies may refer to, and the model if valid."""
 
@@ -78,6 +92,10 @@ class FleetReading:
     hosts: tuple[HostEntry, ...]
     fleet: Fleet | None
     """The model; None when the document failed its schema check."""
+    proxy_defaults: dict[str, Any] = field(default_factory=dict)
+    """``spec.proxyDefaults`` as written (``proxydefaults`` merges it into proxies)."""
+    default_references: tuple[tuple[str, str], ...] = ()
+    """(field, value) of ``spec.proxyDefaults.placement``'s zone, image and machineType."""
 
     @property
     def host_zones(self) -> list[tuple[str, str]]:
@@ -108,6 +126,23 @@ class ProxyReading:
     network_config: str | None
     proxy: Proxy | None
     """The model, without its secrets (``with_secrets``); None when the schema check failed."""
+    user_data_file: str | None = None
+    """``spec.cloudInit.userDataFile`` as written (``userdatafile`` reads it)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The string-valued labels, sorted (what ``${proxy.labels.KEY}`` may name)."""
+    inherited: frozenset[FieldPath] = frozenset()
+    """Paths whose value came from fleet.yaml's ``spec.proxyDefaults`` (checked there)."""
+    set_name: str | None = None
+    """The ProxySet this proxy is a member of; None for a Proxy document."""
+    source: UserDataSource | None = None
+    """Where ``user_data`` was written (set once it is read: ``userdatafile.resolve``)."""
+
+    def with_user_data(self, text: str | None, source: UserDataSource) -> ProxyReading:
+        """This reading with its userData read (from a file, variables substituted)."""
+        proxy = self.proxy
+        if proxy is not None and text is not None:
+            proxy = replace(proxy, cloud_init=replace(proxy.cloud_init, user_data=text))
+        return replace(self, user_data=text, source=source, proxy=proxy)
 
     def with_secrets(self, secrets: tuple[SecretValue, ...]) -> Proxy:
         """The model with the secrets its userData refers to, resolved."""
@@ -135,6 +170,13 @@ def read_fleet(document: Document, *, valid: bool) -> FleetReading:
         )
         for index, host in enumerate(raw_hosts)
     )
+    defaults = _dict(spec.get("proxyDefaults"))
+    default_placement = _dict(defaults.get("placement"))
+    references = tuple(
+        (key, value)
+        for key in ("zone", "image", "machineType")
+        if (value := _str(default_placement.get(key))) is not None
+    )
     fleet = None
     if valid:
         assert name is not None
@@ -157,11 +199,21 @@ def read_fleet(document: Document, *, valid: bool) -> FleetReading:
         machine_types=tuple(sorted(machine_types)),
         hosts=hosts,
         fleet=fleet,
+        proxy_defaults=defaults,
+        default_references=references,
     )
 
 
-def read_proxy(document: Document, *, valid: bool) -> ProxyReading:
-    """Read a Proxy document; ``valid``: it passed its schema check, build the model."""
+def read_proxy(
+    document: Document,
+    *,
+    valid: bool,
+    inherited: frozenset[FieldPath] = frozenset(),
+    set_name: str | None = None,
+) -> ProxyReading:
+    """Read a Proxy document (fleet.yaml's defaults merged in, ``inherited`` the paths they
+    filled; a ProxySet member's is its set's, named); ``valid``: it passed its schema
+    check, build the model."""
     data = _dict(document.data)
     metadata, spec = _dict(data.get("metadata")), _dict(data.get("spec"))
     placement, cloud = _dict(spec.get("placement")), _dict(spec.get("cloudInit"))
@@ -197,6 +249,12 @@ def read_proxy(document: Document, *, valid: bool) -> ProxyReading:
         vendor_data=vendor_data,
         network_config=network_config,
         proxy=proxy,
+        user_data_file=_str(cloud.get("userDataFile")),
+        labels=tuple(
+            sorted((k, v) for k, v in _dict(metadata.get("labels")).items() if isinstance(v, str))
+        ),
+        inherited=inherited,
+        set_name=set_name,
     )
 
 

@@ -88,10 +88,14 @@ class Reader:
         self.total = 0
 
     def read(self, rel: str) -> bytes | Problem:
-        """The bytes of ``rel``, or the Problem that stops it from being read."""
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        """The bytes of ``rel``, or the Problem that stops it from being read.
+
+        Every component of ``rel`` is opened without following links, so neither the
+        file nor a folder on its way may be a link (a userData file or a secret is
+        named by a path someone wrote, not found by the walk).
+        """
         try:
-            fd = os.open(self._root / rel, flags)
+            fd = _open_beneath(self._root, rel)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 return Problem(rel, 0, 0, "", _LINK)
@@ -119,6 +123,28 @@ class Reader:
             )
         self.total += len(data)
         return data
+
+
+def _open_beneath(root: Path, rel: str) -> int:
+    """A descriptor of ``root/rel``, each component opened with O_NOFOLLOW (OSError else)."""
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    *folders, name = rel.split("/")
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | cloexec)
+    try:
+        for folder in folders:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | cloexec
+            try:
+                inner = os.open(folder, flags, dir_fd=directory)
+            except NotADirectoryError:  # Linux says so of a link too: tell them apart
+                if stat.S_ISLNK(os.lstat(folder, dir_fd=directory).st_mode):
+                    raise OSError(errno.ELOOP, "a folder on the way is a link") from None
+                raise
+            os.close(directory)
+            directory = inner
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | cloexec
+        return os.open(name, flags, dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def _size(n: int) -> str:

@@ -31,11 +31,16 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
+from referencing import Registry, Resource
 
 from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
 from reconciler.errors import Problem
 
-SCHEMA_FILES = {"Fleet": "fleet.schema.json", "Proxy": "proxy.schema.json"}
+SCHEMA_FILES = {
+    "Fleet": "fleet.schema.json",
+    "Proxy": "proxy.schema.json",
+    "ProxySet": "proxyset.schema.json",
+}
 """Schema file of each manifest kind, in the ``schemas/`` directory shipped with the package."""
 DAEMON = "Daemon"
 """The daemon config's schema (not a manifest kind: a fleet repo cannot hold one)."""
@@ -43,7 +48,10 @@ INVENTORY = "Inventory"
 """The inventory JSON's schema (``inventory --json``, ``plan --inventory``)."""
 _FILES = {**SCHEMA_FILES, DAEMON: "daemon.schema.json", INVENTORY: "inventory.schema.json"}
 
-SECRET_FIELDS: tuple[FieldPath, ...] = (("spec", "cloudInit"),)
+SECRET_FIELDS: tuple[FieldPath, ...] = (
+    ("spec", "cloudInit"),
+    ("spec", "proxyDefaults", "cloudInit"),
+)
 """Fields whose values may carry secrets (passwords in userData): an error below one of
 them names the field and the kind of value, never the value itself."""
 
@@ -93,10 +101,17 @@ _Validator = validators.extend(  # type: ignore[no-untyped-call]
 
 
 @cache
+def _registry() -> Registry:
+    """Every schema by its ``$id``: fleet.yaml's proxyDefaults refers to the Proxy's."""
+    resources = [(schema(kind)["$id"], Resource.from_contents(schema(kind))) for kind in _FILES]
+    return Registry().with_resources(resources)
+
+
+@cache
 def validator(kind: str) -> Validator:
     """The cached draft 2020-12 validator of ``schema(kind)``, with finite numbers and
     whole integers (see the module docstring)."""
-    made: Validator = _Validator(schema(kind))
+    made: Validator = _Validator(schema(kind), registry=_registry())
     return made
 
 
@@ -151,6 +166,8 @@ def _problems(
     path: FieldPath = tuple(error.absolute_path)
     sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
     hint = sub.get("x-message")
+    if error.validator == "not" and isinstance(error.validator_value, dict):
+        hint = error.validator_value.get("x-message", hint)
     instance = error.instance
     if "propertyNames" in error.absolute_schema_path:
         child = (*path, str(instance))
@@ -192,6 +209,8 @@ def _describe_secret(error: ValidationError, sub: dict[str, Any], hint: str | No
             return f"{hint} (got {got})"
         expected = " or ".join(_TYPE_NAMES.get(t, t) for t in _strings(error.validator_value))
         return f"expected {expected}, got {got}"
+    if error.validator == "not" and hint:
+        return hint
     return f"{hint or 'invalid value'} (the value is not shown: this field may hold secrets)"
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -89,13 +89,13 @@ class SecretResolver:
         self._seen: dict[str, SecretValue | str | None] = {}
 
     def resolve(
-        self, proxy: ProxyReading, lines: Sequence[str]
+        self, proxy: ProxyReading, lines: Mapping[str, Sequence[str]]
     ) -> tuple[list[Problem], tuple[SecretValue, ...]]:
-        """Problems of the references in the proxy's userData, and the values resolved."""
-        document = proxy.document
+        """Problems of the references in the proxy's userData, and the values resolved;
+        ``lines``: every file's lines by path (the manifest's, or the userData file's)."""
         problems = list(_misplaced(proxy))
-        text = proxy.user_data
-        if text is None:
+        text, source = proxy.user_data, proxy.source
+        if text is None or source is None:
             return problems, ()
         values: dict[str, SecretValue] = {}
         for ref in references(text):
@@ -103,10 +103,8 @@ class SecretResolver:
             if isinstance(found, SecretValue):
                 values[ref.name] = found
             elif found is not None:
-                mark = userdata.manifest_mark(document, lines, userdata.line_at(text, ref.offset))
-                problems.append(
-                    Problem(document.file, mark.line, mark.column, userdata.FIELD, found)
-                )
+                line = userdata.line_at(text, ref.offset)
+                problems.append(userdata.problem(source, lines, line, found))
         return problems, tuple(values[name] for name in sorted(values))
 
     def _secret(self, name: str) -> SecretValue | str | None:
