@@ -61,7 +61,7 @@ def check_proxies(proxies: Iterable[ProxyReading], fleet: FleetReading | None) -
     name_path: FieldPath = ("metadata", "name")
     for proxy in sorted(proxies, key=lambda p: (p.document.file, p.document.start.line)):
         document, name = proxy.document, proxy.name
-        if name is not None:
+        if name is not None and not proxy.template_only:
             if name in first_seen:
                 first = first_seen[name]
                 where = _where(first.document, name_path)

@@ -110,7 +110,8 @@ def load_repo(
     if problems or fleet is None or fleet.fleet is None:
         raise InvalidInput(sorted(set(problems), key=_order))
     built = sorted(
-        (proxy.with_secrets(resolved[id(proxy)]) for proxy in proxies), key=lambda p: p.name
+        (proxy.with_secrets(resolved[id(proxy)]) for proxy in proxies if not proxy.template_only),
+        key=lambda p: p.name,
     )
     return Repo(fleet=fleet.fleet, proxies=tuple(built))
 
@@ -204,8 +205,13 @@ def _read_proxies(
     metadata = document.data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if isinstance(name, str):
-        for member in proxyset.members(merged, name, proxyset.replicas(document)):
-            proxies.append(read_proxy(member, valid=valid, inherited=inherited, set_name=name))
+        count = proxyset.replicas(document)
+        # replicas: 0 still has its template checked, as a reading that asks for nothing
+        for member in proxyset.members(merged, name, max(count, 1)):
+            reading = read_proxy(
+                member, valid=valid, inherited=inherited, set_name=name, template_only=count == 0
+            )
+            proxies.append(reading)
     return sorted(set(_own(found, inherited)), key=_order)
 
 

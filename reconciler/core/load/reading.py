@@ -134,6 +134,8 @@ class ProxyReading:
     """Paths whose value came from fleet.yaml's ``spec.proxyDefaults`` (checked there)."""
     set_name: str | None = None
     """The ProxySet this proxy is a member of; None for a Proxy document."""
+    template_only: bool = False
+    """A ``replicas: 0`` set's template, read to be checked: no proxy, no name taken."""
     source: UserDataSource | None = None
     """Where ``user_data`` was written (set once it is read: ``userdatafile.resolve``)."""
 
@@ -210,6 +212,7 @@ def read_proxy(
     valid: bool,
     inherited: frozenset[FieldPath] = frozenset(),
     set_name: str | None = None,
+    template_only: bool = False,
 ) -> ProxyReading:
     """Read a Proxy document (fleet.yaml's defaults merged in, ``inherited`` the paths they
     filled; a ProxySet member's is its set's, named); ``valid``: it passed its schema
@@ -255,6 +258,7 @@ def read_proxy(
         ),
         inherited=inherited,
         set_name=set_name,
+        template_only=template_only,
     )
 
 

@@ -51,6 +51,8 @@ class UserDataFiles:
             message = raw.message.replace("manifests must be", "userData files must be")
             if "No such file" in message:
                 message = "does not exist"
+            elif message.startswith("larger than"):
+                message = f"is {message}"
             return Problem(rel, 0, 0, "", message)
         try:
             return raw.decode("utf-8")
