@@ -80,8 +80,32 @@ def render(lab: dict[str, Any]) -> Path:
     """Copy the example repo into a fresh git repo under lab/state/demo, pointed at the lab."""
     shutil.rmtree(REPO, ignore_errors=True)
     shutil.copytree(EXAMPLE, REPO)
+    render_files(REPO, lab)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "lab",
+        "GIT_AUTHOR_EMAIL": "lab@localhost",
+        "GIT_COMMITTER_NAME": "lab",
+        "GIT_COMMITTER_EMAIL": "lab@localhost",
+    }
+    for cmd in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "Example fleet, rendered for the lab"],
+    ):
+        subprocess.run(cmd, cwd=REPO, check=True, env=env)
+    return REPO
+
+
+def render_files(repo: Path, lab: dict[str, Any]) -> None:
+    """Point the copy of the example at ``repo`` at the lab, in place (see the module doc).
+
+    Proxy and ProxySet documents get the lab's probe and their pins renamed; squid ACLs are
+    widened wherever userData is written: inline in a manifest, in fleet.yaml's
+    ``spec.proxyDefaults``, or in a ``userDataFile`` any of them names.
+    """
     yaml = _yaml()
-    fleet_file = REPO / "fleet.yaml"
+    fleet_file = repo / "fleet.yaml"
     fleet = yaml.load(fleet_file)
     spec = fleet["spec"]
     for image in spec["images"].values():
@@ -107,37 +131,35 @@ def render(lab: dict[str, Any]) -> Path:
             entry["maxProxies"] = example["maxProxies"]
         hosts.append(entry)
     spec["hosts"] = hosts
+    user_data_files = {*_admit_lab_in(spec.get("proxyDefaults") or {})}
     yaml.dump(fleet, fleet_file)
-    for path in sorted(REPO.rglob("*.yaml")):
+    for path in sorted(repo.rglob("*.yaml")):
         if path == fleet_file:
             continue
         docs = list(yaml.load_all(path))
         for doc in docs:
-            if isinstance(doc, dict) and doc.get("kind") == "Proxy":
-                cloud_init = doc["spec"].get("cloudInit") or {}
-                if isinstance(cloud_init.get("userData"), str):
-                    cloud_init["userData"] = LiteralScalarString(admit_lab(cloud_init["userData"]))
+            if isinstance(doc, dict) and doc.get("kind") in ("Proxy", "ProxySet"):
+                user_data_files.update(_admit_lab_in(doc["spec"]))
                 health = doc["spec"].setdefault("health", {})
                 health["probeURL"] = lab["probeUrl"]
                 health["expectStatus"] = 204
-                placement = doc["spec"]["placement"]
+                placement = doc["spec"].get("placement") or {}
                 if placement.get("host") in renamed:
                     placement["host"] = renamed[placement["host"]]
         yaml.dump_all(docs, path)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "lab",
-        "GIT_AUTHOR_EMAIL": "lab@localhost",
-        "GIT_COMMITTER_NAME": "lab",
-        "GIT_COMMITTER_EMAIL": "lab@localhost",
-    }
-    for cmd in (
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "add", "-A"],
-        ["git", "commit", "-q", "-m", "Example fleet, rendered for the lab"],
-    ):
-        subprocess.run(cmd, cwd=REPO, check=True, env=env)
-    return REPO
+    for name in sorted(user_data_files):
+        target = repo / name
+        target.write_text(admit_lab(target.read_text()))
+
+
+def _admit_lab_in(spec: dict[str, Any]) -> list[str]:
+    """Widen the inline userData of a Proxy spec (or fleet.yaml's proxyDefaults) in place;
+    the userDataFile it names, if any."""
+    cloud_init = spec.get("cloudInit") or {}
+    if isinstance(cloud_init.get("userData"), str):
+        cloud_init["userData"] = LiteralScalarString(admit_lab(cloud_init["userData"]))
+    named = cloud_init.get("userDataFile")
+    return [str(named)] if isinstance(named, str) else []
 
 
 def proxyfleet(*args: str) -> int:

@@ -119,8 +119,8 @@ def test_example_repo_loads_five_proxies_sorted_by_name(example_repo: Path) -> N
     repo = load_repo(example_repo)
 
     assert [p.name for p in repo.proxies] == [
+        "home-0",
         "home-1",
-        "home-2",
         "home-cache",
         "office-1",
         "office-2",
@@ -131,7 +131,7 @@ def test_example_repo_loads_five_proxies_sorted_by_name(example_repo: Path) -> N
         zone="office", image="ubuntu-22.04", machine_type="small", host="kvm-office"
     )
     assert pinned.lifecycle == Lifecycle(protect=True)
-    assert pinned.labels == (("site", "office"),)
+    assert pinned.labels == (("lan", "10.20.0.0/16"), ("site", "office"))
     office_1 = repo.proxy("office-1")
     assert office_1 is not None and office_1.cloud_init.vendor_data is not None
     assert office_1.cloud_init.vendor_data.startswith("#cloud-config\ntimezone: Europe/Berlin\n")
@@ -152,14 +152,25 @@ def test_example_proxies_carry_a_squid_cloud_config_on_3128(example_repo: Path) 
         assert "http_access allow lan\n" in user_data
 
 
-def test_second_document_of_a_file_keeps_its_own_line_numbers(example_repo: Path) -> None:
+def test_second_document_of_a_file_keeps_its_own_line_numbers(tmp_path: Path) -> None:
+    second = MINIMAL_PROXY.replace("name: p1", "name: p2")
+    write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p.yaml": f"{MINIMAL_PROXY}---\n{second}"})
+
+    repo = load_repo(tmp_path)
+
+    assert [p.location for p in repo.proxies] == [
+        Location("p.yaml", 1, 1),
+        Location("p.yaml", 7, 1),
+    ]
+
+
+def test_the_example_proxysets_members_carry_the_location_of_its_document(
+    example_repo: Path,
+) -> None:
     repo = load_repo(example_repo)
-    first, second = repo.proxy("home-1"), repo.proxy("home-2")
-    assert first is not None and second is not None
-    assert first.location == Location("proxies/home.yaml", 2, 1)
-    text = (example_repo / "proxies/home.yaml").read_text().splitlines()
-    assert text[second.location.line - 2] == "---"
-    assert text[second.location.line - 1] == "apiVersion: proxyfleet/v1"
+
+    members = [p for p in repo.proxies if p.name in ("home-0", "home-1")]
+    assert [p.location for p in members] == [Location("proxies/home.yaml", 4, 1)] * 2
 
 
 def test_validate_prints_the_summary_for_the_example_repo(

@@ -8,8 +8,10 @@ covers (docs/planning.md keeps the operator's copy of this list):
   (not its key: renaming a key in fleet.yaml replaces nothing);
 - the resolved machine type: ``vcpus``, ``memoryMiB``, ``diskGiB``
   (not its key);
-- ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as written
-  (``${secret:NAME}`` references as written, not their values);
+- ``cloudInit.userData``, ``vendorData``, ``networkConfig``, exactly as loaded:
+  userData from a ``userDataFile`` is that file's text, ``${proxy.*}`` variables
+  substituted (reconciler.core.load.variables); ``${secret:NAME}`` references as
+  written, not their values;
 - for each secret userData references, its fingerprint (a keyed hash of the
   value, reconciler.model.secrets), only when there is one (so that the digests
   of proxies without secrets never changed): a rotated secret rolls the proxies
