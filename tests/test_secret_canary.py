@@ -53,10 +53,34 @@ spec:
 """
 
 
-class Run:
-    """Everything one scenario printed, logged and wrote, to be searched at the end."""
+SHARED_FILE = """\
+#cloud-config
+hostname: ${proxy.name}
+write_files:
+  - path: /etc/squid/passwd
+    content: "ops:${secret:squid-password}"
+"""
+PROXY_SET = """\
+apiVersion: proxyfleet/v1
+kind: ProxySet
+metadata:
+  name: web
+spec:
+  replicas: 2
+  placement: {zone: a, image: debian-12, machineType: small}
+  cloudInit:
+    userDataFile: cloud-init/squid.cloud-config
+"""
 
-    def __init__(self, tmp_path: Path) -> None:
+
+class Run:
+    """Everything one scenario printed, logged and wrote, to be searched at the end.
+
+    ``shared``: the proxies are a ProxySet whose userData is a userDataFile (the secret's
+    reference in that file); otherwise two Proxy documents with inline userData.
+    """
+
+    def __init__(self, tmp_path: Path, *, shared: bool = False) -> None:
         self.root = tmp_path / "fleet"
         self.root.mkdir()
         self.state = tmp_path / "state"
@@ -64,8 +88,18 @@ class Run:
         self.identity = tmp_path / "identity.txt"
         self.recipient = make_identity(self.identity)
         self.world = FleetRepo(self.root)
-        (self.root / "proxies.yaml").write_text(
-            "---\n".join(PROXIES.replace("NAME", n) for n in ("web-1", "web-2"))
+        if shared:
+            (self.root / "cloud-init").mkdir()
+            (self.root / "cloud-init" / "squid.cloud-config").write_text(SHARED_FILE)
+            (self.root / "proxies.yaml").write_text(PROXY_SET)
+        else:
+            (self.root / "proxies.yaml").write_text(
+                "---\n".join(PROXIES.replace("NAME", n) for n in ("web-1", "web-2"))
+            )
+        self.user_data = (
+            self.root / "cloud-init" / "squid.cloud-config"
+            if shared
+            else self.root / "proxies.yaml"
         )
         self.engine = Engine(
             self.world.factory,
@@ -154,11 +188,12 @@ def log_lines() -> Iterator[list[str]]:
         logger.setLevel(level)
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["inline", "proxyset-user-data-file"])
 def test_a_secret_value_appears_in_the_seed_and_in_no_output_log_status_or_metric(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], log_lines: list[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], log_lines: list[str], shared: bool
 ) -> None:
     first, second = (f"canary-{uuid.uuid4().hex}" for _ in range(2))
-    run = Run(tmp_path)
+    run = Run(tmp_path, shared=shared)
     run.rotate(first)
 
     assert run.cli(capsys, "validate", "--repo", str(run.root)) == 0
@@ -183,8 +218,11 @@ def test_a_secret_value_appears_in_the_seed_and_in_no_output_log_status_or_metri
     assert sum(second.encode() in seed for seed in run.seeds()) == 2  # the rolled VMs
 
     # A schema error on the secret's own line, with the identity at hand: no value either.
-    text = (run.root / "proxies.yaml").read_text()
-    (run.root / "proxies.yaml").write_text(text.replace("hostname: web-2", "hostname: [web-2]"))
+    text = run.user_data.read_text()
+    assert "hostname: " in text
+    run.user_data.write_text(
+        text.replace("hostname: ", "hostname: [", 1).replace("\nwrite", "]\nwrite", 1)
+    )
     assert (
         run.cli(capsys, "validate", "--repo", str(run.root), "--age-identity", str(run.identity))
         == 1
