@@ -6,9 +6,15 @@ dot-directories such as ``.git`` and ``.proxyfleet/``, and dotfiles such as
 its kind, then checks what a schema cannot see: names that must be unique,
 references from proxies to the fleet's images, machine types, zones and hosts.
 
-Each proxy's userData is checked too: as a cloud-config against cloud-init's
-schema (reconciler.core.load.cloudconfig) and for its ``${secret:NAME}`` references,
-resolved when ``secrets`` allows (reconciler.core.load.secretrefs).
+The Fleet is read first: its ``spec.proxyDefaults`` merge into every Proxy and
+ProxySet before their schema check (reconciler.core.load.proxydefaults), and a
+ProxySet stands for ``replicas`` Proxy documents (reconciler.core.load.proxyset).
+
+Each proxy's userData, inline or from its ``userDataFile``, with its ``${proxy.*}``
+variables substituted (reconciler.core.load.userdatafile), is checked too: as a
+cloud-config against cloud-init's schema (reconciler.core.load.cloudconfig) and
+for its ``${secret:NAME}`` references, resolved when ``secrets`` allows
+(reconciler.core.load.secretrefs).
 
 It never stops at the first problem. Either the whole repo is valid and a
 ``Repo`` comes back, or ``InvalidInput`` carries every problem found, sorted by
