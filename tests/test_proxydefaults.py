@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.proxydefaults import merge
+from reconciler.core.load.schemacheck import SCHEMA_FILES, schema, validator
 from reconciler.core.load.yamlload import FieldPath
 from reconciler.errors import InvalidInput
 from reconciler.model import Proxy
@@ -28,6 +32,7 @@ DEFAULTS = """\
         timezone: UTC
 """
 FLEET = MINIMAL_FLEET + DEFAULTS
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_one(tmp_path: Path, spec: str) -> Proxy:
@@ -96,3 +101,24 @@ def test_a_problem_in_inherited_user_data_points_into_fleet_yaml(tmp_path: Path)
     assert (problem.file, problem.line, problem.column) == ("fleet.yaml", 24, 19)
     assert problem.field == "spec.proxyDefaults.cloudInit.userData"
     assert problem.message.startswith("unknown variable ${proxy.nmae}")
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEMA_FILES))
+def test_each_manifest_schema_is_valid_and_shipped_in_the_package(kind: str) -> None:
+    shipped = resources.files("reconciler").joinpath("schemas", SCHEMA_FILES[kind])
+    in_repo = ROOT / "schemas" / SCHEMA_FILES[kind]
+
+    Draft202012Validator.check_schema(schema(kind))
+    assert json.loads(shipped.read_text("utf-8")) == json.loads(in_repo.read_text())
+
+
+def test_fleet_yamls_proxy_defaults_are_checked_by_the_proxys_own_field_rules() -> None:
+    errors = validator("Fleet").iter_errors(
+        {
+            "kind": "Fleet",
+            "metadata": {"name": "x"},
+            "spec": {"proxyDefaults": {"health": {"proxyPort": 0}, "placement": {"host": "h"}}},
+        }
+    )
+
+    assert sorted(e.validator for e in errors) == ["additionalProperties", "minimum"]
