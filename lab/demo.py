@@ -8,8 +8,9 @@ health and says how to look further and how to tear down.
 The rendering changes only what the lab must: each image's URL and sha256 (the lab image,
 which boots by either firmware, so each key keeps its own ``firmware``), the hosts (one lab
 host per example host, keeping its zone and maxProxies; host pins follow the renaming) and
-each proxy's health probe (the lab has no internet; every lab host answers
-``http://10.79.0.1/generate_204``). In userData only squid's ``acl NAME src`` lines change:
+each Proxy's and ProxySet's health probe (the lab has no internet; every lab host answers
+``http://10.79.0.1/generate_204``). In userData (inline, in fleet.yaml's proxyDefaults, or
+in a userDataFile they name) only squid's ``acl NAME src`` lines change:
 each that does not already cover the lab's management range (10.77.0.0/16, where the probes
 come from) gets it appended, so that office proxies whose squid admits only 10.20.0.0/16
 answer the lab's health check. Everything else in userData stays as written, ``packages:
