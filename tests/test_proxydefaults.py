@@ -51,6 +51,14 @@ def test_a_proxy_that_says_nothing_takes_every_default(tmp_path: Path) -> None:
     assert proxy.cloud_init.user_data == "#cloud-config\nhostname: p1\n"
 
 
+def test_a_proxy_without_a_spec_is_made_of_the_defaults_alone(tmp_path: Path) -> None:
+    write_repo(tmp_path, {"fleet.yaml": FLEET, "p1.yaml": "kind: Proxy\nmetadata: {name: p1}\n"})
+
+    (proxy,) = load_repo(tmp_path).proxies
+
+    assert proxy.placement.image == "deb" and proxy.health.proxy_port == 8080
+
+
 def test_nested_mappings_merge_key_by_key_and_the_proxys_own_value_wins(tmp_path: Path) -> None:
     proxy = load_one(tmp_path, "  placement: {image: deb}\n  health: {proxyPort: 3128}\n")
 

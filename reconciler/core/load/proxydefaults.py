@@ -40,14 +40,16 @@ DEFAULTS_PATH: Final[FieldPath] = ("spec", "proxyDefaults")
 def apply(document: Document, defaults: Mapping[str, Any]) -> tuple[Document, frozenset[FieldPath]]:
     """``document`` with ``defaults`` merged into its spec, and the paths they filled.
 
-    A document whose spec is not a mapping is returned as it is: its schema check
-    reports that, and defaults would only hide it.
+    A document without ``spec`` takes every default (``kind: Proxy`` and a name may be
+    all a proxy needs); one whose spec is not a mapping is returned as it is: its
+    schema check reports that, and defaults would only hide it.
     """
     data = document.data
-    if not defaults or not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+    own = data.get("spec", {}) if isinstance(data, dict) else None
+    if not defaults or not isinstance(own, dict):
         return document, frozenset()
     filled: set[FieldPath] = set()
-    spec = merge(defaults, data["spec"], ("spec",), filled)
+    spec = merge(defaults, own, ("spec",), filled)
     return replace(document, data={**data, "spec": spec}), frozenset(filled)
 
 

@@ -31,10 +31,11 @@ def template(document: Document) -> Document:
     """The set as the Proxy document its members are (named as the set, no ``replicas``)."""
     data = document.data
     assert isinstance(data, dict)
+    templated = {**data, "kind": "Proxy"}
     spec = data.get("spec")
     if isinstance(spec, dict):
-        spec = {key: value for key, value in spec.items() if key != "replicas"}
-    return replace(document, data={**data, "kind": "Proxy", "spec": spec})
+        templated["spec"] = {key: value for key, value in spec.items() if key != "replicas"}
+    return replace(document, data=templated)
 
 
 def replicas(document: Document) -> int:
