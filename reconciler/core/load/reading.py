@@ -13,6 +13,9 @@ every later step:
 - when the schema check passed, the same pass builds the model (``Fleet``,
   ``Proxy``) from the values it has just read, so no step digs into the
   document's dictionaries again.
+
+A Proxy is read with fleet.yaml's defaults already merged in; each member of a
+ProxySet is read as the Proxy document it stands for (``proxyset``).
 """
 
 from __future__ import annotations
