@@ -211,11 +211,10 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
 def test_a_long_cycle_that_keeps_finishing_actions_is_alive_and_one_that_stops_is_hung(
     settings: DaemonSettings,
 ) -> None:
-    from reconciler.engine.daemon import HUNG_AFTER_MIN
     from reconciler.engine.runtime import Progress
 
     now = [0.0]
-    hung = max(3 * settings.interval, HUNG_AFTER_MIN)
+    hung = max(3 * settings.interval, settings.hung_after)
     progress = Progress(monotonic=lambda: now[0])
     daemon = make(settings, FakeCycle(), monotonic=lambda: now[0], progress=progress)
     daemon.http.start()

@@ -230,6 +230,9 @@ class DaemonSettings:
     """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
     delete_window: float = 3600.0
     """Seconds over which ``policy.maxDeletesPerRun`` holds, persisted in the state dir."""
+    hung_after: float = 3600.0
+    """Seconds one cycle may go without finishing an action (and three intervals) before the
+    daemon calls it hung and stops pinging systemd's watchdog, which then restarts it."""
     coordination: CoordinationSettings = CoordinationSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""
