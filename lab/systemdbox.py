@@ -54,10 +54,16 @@ def own_cgroups() -> list[Path]:
     return dirs
 
 
+PREFIX = "pf-systemdbox-"
+
+
 def make_cgroups(name: str) -> list[Path]:
-    """A child cgroup named ``name`` below each of this process's own."""
+    """A child cgroup named ``name`` below each of this process's own (after sweeping the
+    boxes a killed test session left there)."""
     made = []
     for parent in own_cgroups():
+        for stale in parent.glob(f"{PREFIX}*"):
+            sweep(stale)
         child = parent / name
         child.mkdir(exist_ok=True)
         for knob in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset starts empty
@@ -65,6 +71,20 @@ def make_cgroups(name: str) -> list[Path]:
                 (child / knob).write_text((parent / knob).read_text())
         made.append(child)
     return made
+
+
+def sweep(cgroup: Path) -> None:
+    """A box's cgroup whose session (``pf-systemdbox-<pid>-...``) is dead: its processes
+    killed, the cgroup removed. A live session's box is left alone."""
+    owner = cgroup.name.removeprefix(PREFIX).split("-")[0]
+    if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+        return
+    for procs in cgroup.rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    time.sleep(0.5)
+    remove_cgroup(cgroup)
 
 
 def remove_cgroup(path: Path) -> None:
@@ -94,7 +114,7 @@ class SystemdBox:
         """Boot and wait until systemd says the boot is over; the seconds it took."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
-        self._cgroups = make_cgroups(f"pf-systemdbox-{os.getpid()}-{secrets.token_hex(3)}")
+        self._cgroups = make_cgroups(f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}")
         (self.state / "cgroups").write_text("".join(f"{c}/cgroup.procs\n" for c in self._cgroups))
         with self.log.open("ab") as out:
             self._proc = subprocess.Popen(

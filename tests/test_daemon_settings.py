@@ -52,6 +52,7 @@ status: {enabled: false, branch: status, path: .status, history: 3, pushAttempts
 log: {level: debug, format: json}
 concurrency: {perHost: 4}
 replaceTimeoutSeconds: 240
+hungAfterSeconds: 900
 stateDir: /srv/proxyfleet
 """,
         base=Path("/opt/pf"),
@@ -73,6 +74,7 @@ stateDir: /srv/proxyfleet
     assert (settings.log.level, settings.log.format) == ("debug", "json")
     assert settings.concurrency.per_host == 4
     assert settings.replace_timeout == 240.0
+    assert settings.hung_after == 900.0
     assert settings.state_dir == Path("/srv/proxyfleet")
 
 
@@ -99,6 +101,12 @@ def test_every_problem_is_reported_at_once_with_file_line_and_column() -> None:
         "such as 30s, 5m, 1h or 1h30m (got 'soon')",
         "proxyfleet.yaml:4:1: listen: 'localhost' is not host:port (for example 127.0.0.1:9477)",
         "proxyfleet.yaml:5:7: log.format: 'xml' is not one of ['logfmt', 'json']",
+    ]
+
+
+def test_a_hung_cycle_cannot_be_declared_in_less_than_ten_seconds() -> None:
+    assert errors("repo:\n  url: /srv/fleet\nhungAfterSeconds: 2\n") == [
+        "proxyfleet.yaml:3:1: hungAfterSeconds: 2 is less than the minimum of 10"
     ]
 
 
