@@ -122,6 +122,7 @@ def say(request: pytest.FixtureRequest, text: str) -> None:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     if reporter is not None and capture is not None:
         with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
             reporter.write_line(f"[systemd unit] {text}")
 
 
@@ -194,37 +195,16 @@ def build_wheel(work: Path) -> Path:
         ROOT / "reconciler", source / "reconciler", ignore=shutil.ignore_patterns("__pycache__")
     )
     wheels = work / "wheel"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--wheel-dir",
-            str(wheels),
-            str(source),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    argv = ("-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), str(source))
+    subprocess.run([sys.executable, *argv], check=True, capture_output=True)
     return next(wheels.glob("proxyfleet-*.whl"))
 
 
 def install(box: SystemdBox, share: Path, wheel: str) -> None:
-    box.run(
-        "useradd",
-        "--system",
-        "--home-dir",
-        "/var/lib/proxyfleet",
-        "--shell",
-        "/usr/sbin/nologin",
-        "proxyfleet",
-    )
-    box.run(
-        "/opt/proxyfleet/bin/pip", "install", "-q", "--no-index", "--no-deps", f"{share}/{wheel}"
-    )
+    system_user = ("--system", "--home-dir", "/var/lib/proxyfleet", "--shell", "/usr/sbin/nologin")
+    box.run("useradd", *system_user, "proxyfleet")
+    pip = ("/opt/proxyfleet/bin/pip", "install", "-q", "--no-index", "--no-deps")
+    box.run(*pip, f"{share}/{wheel}")
     box.run("/opt/proxyfleet/bin/proxyfleet", "--version")
     script = f"""
 set -e
