@@ -11,7 +11,7 @@ from pathlib import Path
 
 from daemonutil import wait_until
 from gitutil import git
-from lockprocs import ROOT, fleet_files, fleet_remote, start_daemon
+from lockprocs import ROOT, fleet_files, fleet_remote, fleet_remotes, start_daemon
 
 from reconciler.adapters.coordination.toozlock import default_url
 
@@ -61,7 +61,7 @@ def test_proxyfleet_run_with_a_broken_config_exits_1_naming_file_and_line(tmp_pa
     )
     assert out.returncode == 1
     assert (
-        f"{config}:3:1: interval: must be a number of seconds (at least 1) or a duration"
+        f"{config}:3:11: interval: must be a number of seconds (at least 1) or a duration"
         in out.stderr
     )
 
@@ -150,3 +150,50 @@ def test_reconcile_get_and_info_ask_a_running_daemon_process_over_its_control_so
             leader.stop()
         assert leader.proc.returncode == 0, leader.output()
         assert not (state_a / "control.sock").exists()
+
+
+def test_a_daemon_of_several_fleets_answers_reconcile_and_get_per_fleet_named_with_fleet(
+    tmp_path: Path,
+) -> None:
+    """A daemon whose config lists fleets has a control socket per fleet, in that fleet's
+    state dir; ``--fleet`` picks one, and asking without it names the fleets."""
+    urls = fleet_remotes(tmp_path, ["home", "lab"], 1)
+    with tempfile.TemporaryDirectory(prefix="pf-") as short:
+        state = Path(short)
+        daemon = start_daemon(
+            tmp_path,
+            "box-a",
+            repo_url="",
+            log=tmp_path / "mutations.log",
+            coordination_url=f"file://{tmp_path / 'locks'}",
+            state_dir=state,
+            fleets=urls,
+        )
+        try:
+            assert wait_until(
+                lambda: daemon.roles() == {"home": "leader", "lab": "leader"}, timeout=60
+            ), daemon.health() + daemon.output()[-3000:]
+            for fleet in ("home", "lab"):
+                sock = state / "fleets" / fleet / "control.sock"
+                assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+                done = proxyfleet("reconcile", "--state-dir", short, "--fleet", fleet)
+                revision = git(Path(urls[fleet].removeprefix("file://")), "rev-parse", "HEAD")
+                assert done.returncode == 0, done.stdout + done.stderr
+                assert done.stdout.startswith(f"Run success at {revision[:12]} in "), done.stdout
+                got = proxyfleet("get", "--state-dir", short, "--fleet", fleet, "--json")
+                answer = json.loads(got.stdout)
+                assert answer["role"] == f"leader of fleet {fleet}", answer["role"]
+                hosts = {p["host"] for p in answer["status"]["proxies"]}
+                assert hosts == {f"kvm-{fleet}"}, answer["status"]["proxies"]
+
+            unnamed = proxyfleet("get", "--state-dir", short)
+            assert unnamed.returncode == 1
+            assert "the daemon serves several fleets (home, lab); name one with --fleet" in (
+                unnamed.stderr
+            )
+            unknown = proxyfleet("get", "--state-dir", short, "--fleet", "office")
+            assert unknown.returncode == 1 and "office" in unknown.stderr, unknown.stderr
+        finally:
+            daemon.stop()
+        assert daemon.proc.returncode == 0, daemon.output()
+        assert not list(state.glob("fleets/*/control.sock"))

@@ -1,9 +1,11 @@
 """What ``reconcile``, ``get`` and ``info`` share: finding and asking the running daemon.
 
-The daemon's control socket is ``<stateDir>/control.sock`` (root only). The
-state dir comes from, highest first: ``--socket PATH`` itself, ``--state-dir``,
-the environment (``PROXYFLEET_STATE_DIR``), the daemon config (``--config FILE``,
-else /etc/proxyfleet/proxyfleet.yaml when it exists), /var/lib/proxyfleet.
+The daemon's control socket is ``<stateDir>/control.sock`` (root only); a daemon
+whose config lists ``fleets`` has one per fleet, ``<stateDir>/fleets/<fleet>/control.sock``,
+chosen with ``--fleet``. The state dir comes from, highest first: ``--socket PATH``
+itself, ``--state-dir``, the environment (``PROXYFLEET_STATE_DIR``), the daemon config
+(``--config FILE``, else /etc/proxyfleet/proxyfleet.yaml when it exists),
+/var/lib/proxyfleet.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from reconciler.adapters.surface import controlsocket
 from reconciler.cli.common import ENV_STATE_DIR, daemon_settings, state_dir
 from reconciler.core.load import durations
 from reconciler.core.load.settings import DEFAULT_CONFIG
+from reconciler.errors import ConfigError
+from reconciler.model.settings import fleet_state_dir
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -45,6 +49,11 @@ def add_socket_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help=f"the daemon's state dir (env {ENV_STATE_DIR}; default /var/lib/proxyfleet)",
     )
+    parser.add_argument(
+        "--fleet",
+        metavar="NAME",
+        help="the fleet to ask, when the daemon's config lists several (its fleets: id)",
+    )
 
 
 def duration(text: str) -> float:
@@ -66,9 +75,35 @@ def socket_of(args: argparse.Namespace) -> Path:
     if args.socket is not None:
         return Path(args.socket)
     base = None
-    if args.state_dir is None and (args.config is not None or DEFAULT_CONFIG.is_file()):
-        base = daemon_settings(args).state_dir
-    return controlsocket.socket_path(state_dir(args, base))
+    fleets: tuple[str, ...] = ()
+    if args.config is not None or DEFAULT_CONFIG.is_file():
+        settings = daemon_settings(args)
+        base = settings.state_dir
+        fleets = tuple(entry.fleet for entry in settings.fleets)
+    state = state_dir(args, base)
+    fleet: str | None = args.fleet
+    if fleet is None:
+        fleets = fleets or _fleet_sockets(state)
+        if fleets:
+            raise ConfigError(
+                f"the daemon serves several fleets ({', '.join(fleets)}); name one with --fleet"
+            )
+        return controlsocket.socket_path(state)
+    if fleets and fleet not in fleets:
+        raise ConfigError(f"--fleet {fleet}: the daemon's config lists {', '.join(fleets)}")
+    return controlsocket.socket_path(fleet_state_dir(state, fleet))
+
+
+def _fleet_sockets(state: Path) -> tuple[str, ...]:
+    """The fleets with a control socket under ``state`` when it has none of its own: the
+    state dir of a daemon of several fleets, asked without its config."""
+    if controlsocket.socket_path(state).exists() or not (state / "fleets").is_dir():
+        return ()
+    return tuple(
+        sorted(
+            d.name for d in (state / "fleets").iterdir() if controlsocket.socket_path(d).exists()
+        )
+    )
 
 
 def ask(

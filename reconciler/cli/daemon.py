@@ -171,23 +171,30 @@ def serve(
         if ring is not None:
             ring.close()
         return 1
-    control = None
-    if ring is None:
-        ((daemon, engine, _),) = parts.values()
-        try:
-            control = control_server(settings, daemon, engine)
-        except OSError as exc:
-            print(f"proxyfleet run: cannot open the control socket: {exc}", file=sys.stderr)
-            if daemon.http is not None:
-                daemon.http.stop()
+    controls: list[ControlServer] = []
+    try:
+        for one in fleets:
+            daemon, engine, _ = parts[one.fleet or ""]
+            controls.append(control_server(one, daemon, engine))
+    except OSError as exc:
+        print(f"proxyfleet run: cannot open the control socket: {exc}", file=sys.stderr)
+        runner_http = runner.http
+        if runner_http is not None:
+            runner_http.stop()
+        for control in controls:
+            control.stop()
+        for _, engine, _ in parts.values():
             engine.close()
-            locks.close()
-            return 1
+        locks.close()
+        if ring is not None:
+            ring.close()
+        return 1
+    for control in controls:
         control.start()
     try:
         return runner.run()
     finally:
-        if control is not None:
+        for control in controls:
             control.stop()
         for _, engine, _ in parts.values():
             engine.close()
@@ -195,8 +202,9 @@ def serve(
 
 
 def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> ControlServer:
-    """The root-only control socket of a one-fleet daemon (``reconcile``, ``get``, ``info``)
-    in its state dir. Raises OSError (another daemon answers there, a path in the way)."""
+    """The root-only control socket of one fleet's daemon (``reconcile``, ``get``, ``info``)
+    in its state dir (``settings``: that fleet's, ``per_fleet``). Raises OSError (another
+    daemon answers there, a path in the way)."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     leadership = daemon.leadership
     return ControlServer(

@@ -257,8 +257,13 @@ class DaemonSettings:
                 repo=entry.repo,
                 fleet=entry.fleet,
                 status=entry.status,
-                state_dir=self.state_dir / "fleets" / entry.fleet,
+                state_dir=fleet_state_dir(self.state_dir, entry.fleet),
                 fleets=(),
             )
             for entry in self.fleets
         )
+
+
+def fleet_state_dir(state_dir: Path, fleet: str) -> Path:
+    """The state dir of one fleet of a config that lists several: ``<stateDir>/fleets/<fleet>``."""
+    return state_dir / "fleets" / fleet
