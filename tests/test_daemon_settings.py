@@ -108,7 +108,7 @@ def test_every_problem_is_reported_at_once_with_file_line_and_column() -> None:
 
 def test_a_hung_cycle_cannot_be_declared_in_less_than_ten_seconds() -> None:
     assert errors("repo:\n  url: /srv/fleet\nhungAfterSeconds: 2\n") == [
-        "proxyfleet.yaml:3:1: hungAfterSeconds: 2 is less than the minimum of 10"
+        "proxyfleet.yaml:3:19: hungAfterSeconds: must be at least 10 (got 2)"
     ]
 
 
