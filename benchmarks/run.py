@@ -59,6 +59,8 @@ ROWS = (
     Row("plan", [str(ROOT / "benchmarks" / "plan_scale.py")]),
     # One rollout of 20 booting guests takes 10-20 minutes under TCG: one measured run.
     Row("rollout", ["-m", "benchmarks.bench_rollout"], max_runs=1),
+    # Last: it brings up 10 light hosts, which the rows above (one host each) would remove.
+    Row("fleet", ["-m", "benchmarks.bench_fleet"]),
 )
 
 
@@ -189,6 +191,24 @@ def rollout_line(r: Result) -> Line:
     )
 
 
+def fleet_line(r: Result) -> Line:
+    pf, floor, rpcs = r.metrics["proxyfleet"], r.metrics["floor"], r.metrics["rpcs"]
+    muts = int(max(r.metrics["mutating"].samples))
+    rss_mb = r.metrics["rss"].median * 2**20 / 1e6
+    hosts, domains = int(r.metrics["hosts"].median), int(r.metrics["domains"].median)
+    at_once = r.metrics.get("together")
+    together = f"; all {hosts} loops at once {in_ms(at_once)}" if at_once else ""
+    return (
+        f"7. the whole fleet idle: {hosts} hosts, {domains} owned (shut off) VMs, "
+        "observe (hosts at once) + plan",
+        f"{in_ms(pf)}, {int(rpcs.median)} RPCs, {muts} mutating, peak RSS {rss_mb:.0f} MB",
+        f"slowest host's minimal loop {in_ms(floor)}{together}",
+        _ratio(pf.median, floor.median),
+        "<= 1.2x, 0 mutating, RSS <= 150 MB",
+        _met(pf.median / floor.median <= 1.2 and muts == 0 and rss_mb <= 150),
+    )
+
+
 LINES: dict[str, Callable[[Result], list[Line]]] = {
     "idle": lambda r: [idle_line(r)],
     "create": create_lines,
@@ -196,6 +216,7 @@ LINES: dict[str, Callable[[Result], list[Line]]] = {
     "trigger": trigger_lines,
     "plan": lambda r: [plan_line(r)],
     "rollout": lambda r: [rollout_line(r)],
+    "fleet": lambda r: [fleet_line(r)],
 }
 
 
