@@ -7,6 +7,10 @@ the file with ``virStorageVolUpload`` through the SSH-forwarded libvirt socket
 while hashing it, check the size, write the marker. The base and its marker
 are deleted before every run so that each run uploads.
 
+proxyfleet runs once per ``ssh.libvirtTransport`` (``--transports``, default
+both): ``paramiko`` pumps libvirt's bytes through the SSH link in Python,
+``openssh`` through an ``ssh -N -L`` child; each is a contender of its own.
+
 The other side is OpenSSH's ``scp`` of the same file through the same sshd
 into the same pool directory, over a master connection opened beforehand
 (``ControlMaster``), as proxyfleet's connection is open before its run too.
@@ -22,6 +26,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ from benchmarks.common import (
 )
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image, ImageFormat
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 from reconciler.model.vm import base_volume_name
 
 POOL_DIR = "/var/lib/libvirt/images"
@@ -106,8 +114,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="file size in MiB")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--transports",
+        default=",".join(LIBVIRT_TRANSPORTS),
+        help="ssh.libvirtTransport values of proxyfleet's side, each a contender of its own "
+        f"(default: all; proxyfleet's default is {SshSettings().libvirt_transport})",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
+    transports = args.transports.split(",")
+    unknown = set(transports) - set(LIBVIRT_TRANSPORTS)
+    if unknown:
+        parser.error(f"--transports: unknown {', '.join(sorted(unknown))}")
 
     result = Result(row="upload", load_before=os.getloadavg(), busy=busy_text())
     lab = lab_up()
@@ -119,7 +137,11 @@ def main() -> int:
     print(f"{path}: {size} bytes, sha256 {sha} [{time.monotonic() - started:.1f} s]")
     host = lab_host(lab)
     image = Image(key=KEY, url=path.as_uri(), sha256=sha, format=ImageFormat.RAW)
-    hv = LibvirtHost(host, lab_ssh(lab))
+    hvs = {
+        transport: LibvirtHost(host, replace(lab_ssh(lab), libvirt_transport=transport))
+        for transport in transports
+    }
+    hv = hvs[transports[0]]
     scp = Scp(lab, host.address, work / "control.sock")
     remote_scp = f"{POOL_DIR}/scp-{KEY}.raw"
 
@@ -133,27 +155,31 @@ def main() -> int:
 
     try:
         clean()
-        timed = alternate(
-            {
-                "proxyfleet ensure_image": lambda: hv.ensure_image(image, path),
-                "scp": lambda: scp.copy(path, remote_scp),
-            },
-            runs=args.runs,
-            between=clean,
-        )
+        contenders: dict[str, Callable[[], float | None]] = {
+            "scp": lambda: scp.copy(path, remote_scp)
+        }
+        for transport, one in hvs.items():
+            contenders[f"proxyfleet ensure_image ({transport})"] = partial(
+                one.ensure_image, image, path
+            )
+        timed = alternate(contenders, runs=args.runs, between=clean)
+        via = {transport: one.session.via for transport, one in hvs.items()}
     finally:
         clean()
         scp.close()
-        hv.close()
-    rate = [size / 1e6 / s for s in timed["proxyfleet ensure_image"]]
-    pf = result.add("proxyfleet", "MB/s", rate)
+        for one in hvs.values():
+            one.close()
     floor = result.add("floor", "MB/s", [size / 1e6 / s for s in timed["scp"]])
-    result.add("proxyfleet_seconds", "s", timed["proxyfleet ensure_image"])
     result.add("floor_seconds", "s", timed["scp"])
-    result.note(
-        f"proxyfleet {pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
-        f"({args.mib} MiB, sha256 verified while streaming)"
-    )
+    for transport in transports:
+        seconds = timed[f"proxyfleet ensure_image ({transport})"]
+        pf = result.add(f"proxyfleet_{transport}", "MB/s", [size / 1e6 / s for s in seconds])
+        result.add(f"proxyfleet_{transport}_seconds", "s", seconds)
+        result.note(
+            f"proxyfleet, ssh.libvirtTransport {transport} (libvirt over {via[transport]}): "
+            f"{pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
+            f"({args.mib} MiB, sha256 verified while streaming)"
+        )
     emit(result, args.json)
     return 0
 
