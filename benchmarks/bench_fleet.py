@@ -32,6 +32,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bench_idle import minimal_loop, owned_xml, populate
@@ -55,6 +56,7 @@ from reconciler.core.load.manifests import load_repo
 from reconciler.core.plan.planner import plan
 from reconciler.engine.observe import observe
 from reconciler.model import Repo
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 
 FLEET = "fleet"
 OURS = (f"pf-{FLEET}-",)
@@ -83,6 +85,25 @@ def rss_kib(field: str) -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def children_rss_kib() -> tuple[int, int]:
+    """(count, summed VmRSS in KiB) of this process's direct children: the ``ssh`` forwards
+    of ``ssh.libvirtTransport: openssh``."""
+    count = total = 0
+    me = str(os.getpid())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("PPid", "").strip() == me and "VmRSS" in fields:
+            count += 1
+            total += int(fields["VmRSS"].split()[0])
+    return count, total
 
 
 def define_all(repo: Repo, hvs: dict[str, LibvirtHost], *, clean: bool) -> None:
@@ -121,6 +142,12 @@ def main() -> int:
     parser.add_argument("--per-host", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="leave the domains defined")
+    parser.add_argument(
+        "--transport",
+        choices=LIBVIRT_TRANSPORTS,
+        default=SshSettings().libvirt_transport,
+        help="ssh.libvirtTransport of proxyfleet's connections (and the floor's, the same ones)",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     parser.add_argument("--populate-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clean-only", action="store_true", help=argparse.SUPPRESS)
@@ -149,7 +176,8 @@ def main() -> int:
     repo = write_repo(repo_dir, args.per_host)
     child_populate(repo_dir, clean=False)
     counter = RpcCounter()
-    hvs = {h.name: LibvirtHost(h, lab_ssh(lab), observer=counter) for h in repo.fleet.hosts}
+    ssh = replace(lab_ssh(lab), libvirt_transport=args.transport)
+    hvs = {h.name: LibvirtHost(h, ssh, observer=counter) for h in repo.fleet.hosts}
     hypervisors: dict[str, Hypervisor] = dict(hvs)
     conns = {name: hv.session.connection() for name, hv in hvs.items()}
     counter.take()
@@ -203,6 +231,8 @@ def main() -> int:
             runs=args.runs,
         )
         peak = rss_kib("VmHWM")
+        children, children_kib = children_rss_kib()
+        via = ", ".join(sorted({hv.session.via for hv in hvs.values()}))
     finally:
         for hv in hvs.values():
             hv.close()
@@ -219,6 +249,7 @@ def main() -> int:
     plan_text = ", ".join(f"{k} {v}" for k, v in summaries[-1].items() if v)
     kinds = ", ".join(f"{n} {rpc}" for rpc, n in rpc_kinds.most_common())
     result.note(
+        f"ssh.libvirtTransport {args.transport} (libvirt over {via}); "
         f"{len(hvs)} hosts, {floor_counts[-1]} domains; plan: {plan_text}; unreachable hosts: "
         f"{max(unreachable)}; proxyfleet's RPCs per observe: {kinds}"
     )
@@ -235,6 +266,11 @@ def main() -> int:
         f"peak RSS of the measuring process (proxyfleet's side; its floor loops add little): "
         f"{peak / 1024:.0f} MiB ({peak * 1024 / 1e6:.0f} MB; {rss_before / 1024:.0f} MiB after "
         "loading the repo and dialling the hosts, before the first observe)"
+        + (
+            f"; its {children} ssh children hold {children_kib / 1024:.0f} MiB more"
+            if children
+            else ""
+        )
     )
     emit(result, args.json)
     return 0

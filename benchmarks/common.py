@@ -227,15 +227,22 @@ def lab_up(hosts: int = 1, *, light: bool = False) -> dict[str, Any]:
     return lab
 
 
+def lab_hosts(lab: dict[str, Any]) -> list[Host]:
+    """The lab's hosts as fleet.yaml would name them (guests on their bridges)."""
+    return [
+        Host(
+            name=spec["name"],
+            address=spec["address"],
+            zone=spec["zone"],
+            network=HostNetwork("bridge", spec["bridge"]),
+        )
+        for spec in lab["hosts"]
+    ]
+
+
 def lab_host(lab: dict[str, Any]) -> Host:
     """The lab's first host as fleet.yaml would name it (guests on its bridge)."""
-    spec = lab["hosts"][0]
-    return Host(
-        name=spec["name"],
-        address=spec["address"],
-        zone=spec["zone"],
-        network=HostNetwork("bridge", spec["bridge"]),
-    )
+    return lab_hosts(lab)[0]
 
 
 def lab_ssh(lab: dict[str, Any]) -> SshSettings:
