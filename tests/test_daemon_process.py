@@ -61,7 +61,7 @@ def test_proxyfleet_run_with_a_broken_config_exits_1_naming_file_and_line(tmp_pa
     )
     assert out.returncode == 1
     assert (
-        f"{config}:3:1: interval: must be a number of seconds (at least 1) or a duration"
+        f"{config}:3:11: interval: must be a number of seconds (at least 1) or a duration"
         in out.stderr
     )
 

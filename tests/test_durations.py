@@ -35,5 +35,5 @@ def test_the_daemon_interval_takes_a_duration_and_a_bad_one_names_file_and_line(
     config.write_text("repo:\n  url: /srv/fleet.git\ninterval: 5 minutes\n")
     with pytest.raises(ConfigError) as raised:
         load_settings(config)
-    assert "proxyfleet.yaml:3:1: interval: must be a number of seconds" in str(raised.value)
+    assert "proxyfleet.yaml:3:11: interval: must be a number of seconds" in str(raised.value)
     assert "30s, 5m, 1h" in str(raised.value)

@@ -120,19 +120,20 @@ def test_every_problem_is_reported_with_its_field() -> None:
         }
     )
     assert _problems(text) == [
-        "hosts[0].error: must be a string",
-        "hosts[0].domains[0].state: 'sleeping' is not one of running, shutoff, paused, "
-        "crashed, other",
-        "hosts[0].domains[1].name: is required",
-        "hosts[0].domains[1].owner.digest: is required",
-        "hosts[1].color: is not a known field",
+        "hosts[0].error: must be a string (got an integer (5))",
+        "hosts[0].domains[0].state: must be one of running, shutoff, paused, crashed, other "
+        "(got 'sleeping')",
+        "hosts[0].domains[1].name: required field is missing",
+        "hosts[0].domains[1].owner.digest: required field is missing",
+        "hosts[1].color: unknown field; allowed here: capacity, domains, error, name, "
+        "reachable, volumes",
         "hosts[1].name: host 'kvm01' is listed twice",
     ]
 
 
 def test_reachable_must_be_a_boolean() -> None:
     text = json.dumps({"hosts": [{"name": "k", "reachable": "yes"}]})
-    assert _problems(text) == ["hosts[0].reachable: must be true or false"]
+    assert _problems(text) == ["hosts[0].reachable: must be true or false (got a string ('yes'))"]
 
 
 def test_an_unreachable_host_cannot_list_domains() -> None:
@@ -155,8 +156,8 @@ def test_broken_json_names_line_and_column() -> None:
 
 
 def test_a_document_without_hosts_is_a_problem() -> None:
-    assert _problems("[]") == [": must be an object with a 'hosts' list"]
-    assert _problems("{}") == ["hosts: must be a list"]
+    assert _problems("[]") == [": must be an object with a 'hosts' list (got a list)"]
+    assert _problems("{}") == ["hosts: required field is missing"]
 
 
 def test_a_missing_file_is_invalid_input_naming_the_file(tmp_path: Path) -> None:
@@ -196,11 +197,13 @@ def test_a_problem_names_the_line_and_column_of_its_value() -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_inventory(text, file="inv.json")
     assert [str(p) for p in caught.value.problems] == [
-        "inv.json:3:25: hosts[0].capacity.cpus: must be a whole number, 0 or more",
-        "inv.json:4:63: hosts[0].capacity.poolAvailableBytes: must be a whole number, 0 or more",
-        "inv.json:5:16: baseSizes.debian.qcow2: must be a base volume name "
+        "inv.json:3:25: hosts[0].capacity.cpus: must be a whole number, 0 or more "
+        "(got a number (2.5))",
+        "inv.json:4:63: hosts[0].capacity.poolAvailableBytes: must be at least 0 (got -1)",
+        "inv.json:5:16: baseSizes.debian.qcow2: invalid name: must be a base volume name "
         "(base-<image>[-<sha256 prefix>].qcow2 or .raw)",
-        "inv.json:5:56: baseSizes.base-debian.qcow2: must be a whole number, 0 or more",
+        "inv.json:5:56: baseSizes.base-debian.qcow2: must be a whole number, 0 or more "
+        "(got a string ('big'))",
     ]
 
 

@@ -197,7 +197,7 @@ def test_an_invalid_inventory_exits_1_naming_file_and_field(
     code = main(["plan", "--repo", str(example_repo), "--inventory", str(path)])
     err = capsys.readouterr().err
     assert code == 1
-    assert f"{path}:1:61: hosts[0].domains[0].name: is required" in err  # the {} at 1:61
+    assert f"{path}:1:61: hosts[0].domains[0].name: required field is missing" in err  # the {}
 
 
 def test_an_invalid_repo_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
 The loader leaves out what a manifest does not say, so a field's effective default is
 its dataclass default in ``reconciler.model.fleet``; the cross-reference checks read it
-from there too (``crossref``: the SSH port). The daemon config's loader fills what the
+from there too (``reading``: the SSH port). The daemon config's loader fills what the
 file leaves out from ``DaemonSettings()`` (``reconciler.model.settings``). A schema
 ``default`` that drifted from the model would tell an operator, and their editor,
 something the loader does not do.

@@ -33,8 +33,9 @@ from typing import Any, Final
 from jsonschema import Draft4Validator, ValidationError
 
 from reconciler.core.load import userdata
+from reconciler.core.load.reading import ProxyReading
 from reconciler.core.load.schemacheck import suggest
-from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.core.load.yamlload import FieldPath, format_path, load_documents
 from reconciler.errors import Problem
 from reconciler.model.secrets import references
 
@@ -101,9 +102,9 @@ def is_cloud_config(text: str) -> bool:
     return text.startswith(HEADER) and text[len(HEADER) : len(HEADER) + 1] in ("", "\n", "\r", " ")
 
 
-def check(document: Document, lines: Sequence[str]) -> list[Problem]:
-    """Problems of ``document``'s userData as a cloud-config ([] when it is not one)."""
-    text = userdata.user_data(document)
+def check(proxy: ProxyReading, lines: Sequence[str]) -> list[Problem]:
+    """Problems of the proxy's userData as a cloud-config ([] when it is not one)."""
+    text, document = proxy.user_data, proxy.document
     if text is None or not is_cloud_config(text):
         return []
 

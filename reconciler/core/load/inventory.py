@@ -20,8 +20,9 @@ host may carry ``capacity`` (``cpus``, ``memoryMiB``, ``poolCapacityBytes``,
 ``poolAvailableBytes``), and the document ``baseSizes``: bytes by base volume
 name, for the bases a plan may upload (a base not listed: size not known yet).
 
-``schemas/inventory.schema.json`` states the shape; what a schema cannot say
-(a host or a domain listed twice) is checked here. Parsing collects every
+``schemas/inventory.schema.json`` states the shape, checked by the manifests'
+machinery (``schemacheck.check``: the same wording, counts are whole numbers);
+what a schema cannot say (a host or a domain listed twice) is checked here. Parsing collects every
 problem, each naming the file, line, column and field
 (``hosts[1].domains[0].state``), and raises one InvalidInput.
 """
@@ -30,20 +31,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import Any, cast
-
-from jsonschema import Draft202012Validator, ValidationError, validators
+from typing import Any
 
 from reconciler.core.load.jsonload import load_json
+from reconciler.core.load.schemacheck import INVENTORY, check
 from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.inventory import BaseSize, Capacity
-
-SCHEMA_FILE = "inventory.schema.json"
 
 _OWNER_EXTRA = (
     ("imageKey", "image_key"),
@@ -69,7 +65,7 @@ def parse_inventory(text: str, *, file: str) -> Inventory:
     document, broken = load_json(text, file)
     if document is None:
         raise InvalidInput([broken] if broken is not None else [])
-    problems = _schema_problems(document)
+    problems = check(document, INVENTORY)
     problems.extend(_duplicates(document))
     if problems:
         raise InvalidInput(problems)
@@ -128,66 +124,6 @@ def _domain_to_dict(domain: Domain) -> dict[str, Any]:
     if domain.memory_mib is not None:
         found["memoryMiB"] = domain.memory_mib
     return found
-
-
-def _whole(_checker: object, instance: object) -> bool:
-    """JSON Schema counts 1.0 as an integer; a count in this file is written without a point."""
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_Validator = validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole),
-)
-
-
-@cache
-def _validator() -> Any:
-    text = resources.files("reconciler").joinpath("schemas", SCHEMA_FILE).read_text("utf-8")
-    return _Validator(json.loads(text))
-
-
-def _schema_problems(document: Document) -> list[Problem]:
-    """Every schema error as a Problem in the format's own words, one per field."""
-    errors = list(_validator().iter_errors(document.data))
-    typed = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
-    found: dict[tuple[int, int, str], Problem] = {}
-    for error in errors:
-        path = tuple(error.absolute_path)
-        if path in typed and error.validator != "type":
-            continue  # a value of the wrong type: its type is the one thing to say
-        for problem in _problems(document, error, path):
-            found.setdefault((problem.line, problem.column, problem.field), problem)
-    return [found[key] for key in sorted(found)]
-
-
-def _problems(document: Document, error: ValidationError, path: FieldPath) -> Iterator[Problem]:
-    sub: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
-    hint = sub.get("x-message")
-    instance = error.instance
-
-    def at(where: FieldPath, message: str, *, key: bool = False) -> Problem:
-        mark = document.key_mark(where) if key else document.value_mark(where)
-        return Problem(document.file, mark.line, mark.column, format_path(where), message)
-
-    if "propertyNames" in error.absolute_schema_path:
-        yield at((*path, str(instance)), hint or error.message, key=True)
-    elif error.validator == "required" and isinstance(instance, dict):
-        properties = sub.get("properties", {})
-        for name in cast(list[str], error.validator_value):
-            if name not in instance:
-                missing = properties.get(name, {}).get("x-missing", "is required")
-                yield at((*path, name), missing)
-    elif error.validator == "additionalProperties" and isinstance(instance, dict):
-        known = sub.get("properties", {})
-        for key in instance:
-            if key not in known:
-                yield at((*path, key), "is not a known field", key=True)
-    elif error.validator == "enum":
-        choices = ", ".join(str(c) for c in cast(list[object], error.validator_value))
-        yield at(path, f"{instance!r} is not one of {choices}")
-    else:
-        yield at(path, hint or error.message)
 
 
 def _duplicates(document: Document) -> Iterator[Problem]:

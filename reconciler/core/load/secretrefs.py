@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Protocol
 
 from reconciler.core.load import userdata
+from reconciler.core.load.reading import ProxyReading
 from reconciler.core.load.repofiles import Reader
-from reconciler.core.load.yamlload import Document
 from reconciler.errors import DecryptError, Problem
 from reconciler.model.secrets import (
     NAME_PATTERN,
@@ -89,11 +89,12 @@ class SecretResolver:
         self._seen: dict[str, SecretValue | str | None] = {}
 
     def resolve(
-        self, document: Document, lines: Sequence[str]
+        self, proxy: ProxyReading, lines: Sequence[str]
     ) -> tuple[list[Problem], tuple[SecretValue, ...]]:
-        """Problems of the references in ``document``'s userData, and the values resolved."""
-        problems = list(_misplaced(document))
-        text = userdata.user_data(document)
+        """Problems of the references in the proxy's userData, and the values resolved."""
+        document = proxy.document
+        problems = list(_misplaced(proxy))
+        text = proxy.user_data
         if text is None:
             return problems, ()
         values: dict[str, SecretValue] = {}
@@ -163,14 +164,12 @@ def _folder_problem(root: Path) -> str:
     return ""
 
 
-def _misplaced(document: Document) -> list[Problem]:
+def _misplaced(proxy: ProxyReading) -> list[Problem]:
     """References in vendorData or networkConfig: only userData is substituted."""
-    spec = document.data.get("spec") if isinstance(document.data, dict) else None
-    cloud = spec.get("cloudInit") if isinstance(spec, dict) else None
+    document = proxy.document
     found = []
-    for key in ("vendorData", "networkConfig"):
-        value = cloud.get(key) if isinstance(cloud, dict) else None
-        if isinstance(value, str) and next(references(value), None) is not None:
+    for key, value in (("vendorData", proxy.vendor_data), ("networkConfig", proxy.network_config)):
+        if value is not None and next(references(value), None) is not None:
             mark = document.value_mark(("spec", "cloudInit", key))
             message = "${secret:...} is substituted in userData only; here it would stay literal"
             found.append(

@@ -1,8 +1,10 @@
 """Load and validate the daemon config (/etc/proxyfleet/proxyfleet.yaml).
 
-The file is checked against ``schemas/daemon.schema.json``, loaded and validated by the
-manifests' machinery (``schemacheck.validator``); every problem is
-reported at once as ``file:line:col: field: message`` in a ConfigError.
+The file is checked against ``schemas/daemon.schema.json`` by the manifests' machinery
+(``schemacheck.check``: the same wording, each error at the line and column of its
+value); this module adds what a schema cannot say (``repo`` or ``fleets``, fleet ids
+unique). Every problem is reported at once as ``file:line:col: field: message`` in a
+ConfigError.
 Relative paths in the file are taken relative to the file's directory.
 """
 
@@ -12,11 +14,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jsonschema import ValidationError
-
 from reconciler.core.load import durations
-from reconciler.core.load.schemacheck import DAEMON, did_you_mean, validator
-from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.core.load.schemacheck import DAEMON, check
+from reconciler.core.load.yamlload import Document, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
     ConcurrencySettings,
@@ -57,35 +57,11 @@ def parse_settings(text: str, *, name: str, base: Path) -> DaemonSettings:
         raise ConfigError(str(Problem(name, 1, 1, "", "the config must be one YAML mapping")))
     doc = documents[0]
     found = sorted(
-        [
-            *(_problem(doc, err) for err in validator(DAEMON).iter_errors(doc.data)),
-            *_fleets_problems(doc),
-        ],
-        key=lambda p: (p.line, p.column, p.field),
+        [*check(doc, DAEMON), *_fleets_problems(doc)], key=lambda p: (p.line, p.column, p.field)
     )
     if found:
         raise ConfigError("\n".join(str(p) for p in found))
     return _build(doc.data, base)
-
-
-def _problem(doc: Document, err: ValidationError) -> Problem:
-    path: FieldPath = tuple(err.absolute_path)
-    mark = doc.key_mark(path)
-    message = err.message
-    if err.validator == "additionalProperties" and isinstance(err.instance, Mapping):
-        known = sorted(err.schema.get("properties", {})) if isinstance(err.schema, Mapping) else []
-        extra = sorted(set(err.instance) - set(known))
-        if extra:
-            path = (*path, extra[0])
-            mark = doc.key_mark(path)
-            message = f"unknown field{did_you_mean(extra[0], known)}; known: {', '.join(known)}"
-    elif err.validator == "pattern" and path == ("listen",):
-        message = f"{err.instance!r} is not host:port (for example 127.0.0.1:9477)"
-    elif err.validator == "oneOf" and isinstance(err.schema, Mapping) and "x-message" in err.schema:
-        message = f"{err.schema['x-message']} (got {err.instance!r})"
-    elif err.validator == "required":
-        message = f"missing required field {err.message.split(' ')[0]}"
-    return Problem(doc.file, mark.line, mark.column, format_path(path), message)
 
 
 def _pairs(doc: Mapping[str, Any], key: str) -> Iterator[tuple[str, Any]]:

@@ -24,14 +24,6 @@ USER_DATA: Final[FieldPath] = ("spec", "cloudInit", "userData")
 FIELD: Final = "spec.cloudInit.userData"
 
 
-def user_data(document: Document) -> str | None:
-    """The userData string of a Proxy document, or None (absent or not a string)."""
-    spec = document.data.get("spec") if isinstance(document.data, dict) else None
-    cloud = spec.get("cloudInit") if isinstance(spec, dict) else None
-    value = cloud.get("userData") if isinstance(cloud, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def manifest_mark(document: Document, lines: Sequence[str], line: int) -> Mark:
     """The manifest position of userData line ``line`` (1-based).
 

@@ -1,0 +1,329 @@
+"""One reading of each manifest document: what it names, and its model once valid.
+
+After the schema check (the one walk that looks at every value), each Fleet or
+Proxy document is read once more, here, and only here. The reading serves
+every later step:
+
+- the cross-references (``crossref``) get what the document *names*: the fleet's
+  name, image keys, machine types, hosts; a proxy's name and placement. These
+  are read leniently, from documents that failed their schema too (so one run
+  reports a typo in fleet.yaml *and* the proxy pointing at a zone nobody
+  defined): a value of the wrong type is None, the schema check said why;
+- the userData checks (``cloudconfig``, ``secretrefs``) get the cloud-init texts;
+- when the schema check passed, the same pass builds the model (``Fleet``,
+  ``Proxy``) from the values it has just read, so no step digs into the
+  document's dictionaries again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from reconciler.core.load.yamlload import Document, FieldPath
+from reconciler.model.fleet import (
+    Amount,
+    CloudInit,
+    DomainType,
+    DriftMode,
+    Firmware,
+    Fleet,
+    HealthCheck,
+    Host,
+    HostNetwork,
+    Image,
+    ImageFormat,
+    Lifecycle,
+    Location,
+    MachineType,
+    Overcommit,
+    Placement,
+    Policy,
+    Proxy,
+    Rollout,
+)
+from reconciler.model.secrets import SecretValue
+
+
+def _default_port() -> int:
+    """Host.port's default: the SSH port a host entry without ``port`` is dialled on."""
+    default = next(f.default for f in fields(Host) if f.name == "port")
+    assert isinstance(default, int)
+    return default
+
+
+DEFAULT_PORT = _default_port()
+
+
+@dataclass(frozen=True, slots=True)
+class HostEntry:
+    """One ``spec.hosts[]`` entry as written (None: absent or of the wrong type)."""
+
+    path: FieldPath
+    name: str | None
+    address: str | None
+    port: int | None
+    zone: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetReading:
+    """A Fleet document, read once: what proxies may refer to, and the model if valid."""
+
+    document: Document
+    name: str | None
+    images: tuple[str, ...]
+    """Every ``spec.images`` key, sorted (valid names or not: proxies may refer to them)."""
+    machine_types: tuple[str, ...]
+    hosts: tuple[HostEntry, ...]
+    fleet: Fleet | None
+    """The model; None when the document failed its schema check."""
+
+    @property
+    def host_zones(self) -> list[tuple[str, str]]:
+        """(name, zone) of every host whose name and zone are strings: what a proxy may
+        be placed on."""
+        return [(h.name, h.zone) for h in self.hosts if h.name is not None and h.zone is not None]
+
+    @property
+    def zones(self) -> list[str]:
+        return sorted({zone for _, zone in self.host_zones})
+
+    def zone_of(self, host: str) -> str | None:
+        return next((zone for name, zone in self.host_zones if name == host), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyReading:
+    """A Proxy document, read once: its name, references, cloud-init texts, and model."""
+
+    document: Document
+    name: str | None
+    zone: str | None
+    image: str | None
+    machine_type: str | None
+    host: str | None
+    user_data: str | None
+    vendor_data: str | None
+    network_config: str | None
+    proxy: Proxy | None
+    """The model, without its secrets (``with_secrets``); None when the schema check failed."""
+
+    def with_secrets(self, secrets: tuple[SecretValue, ...]) -> Proxy:
+        """The model with the secrets its userData refers to, resolved."""
+        assert self.proxy is not None, "only a schema-valid proxy has a model"
+        if not secrets:
+            return self.proxy
+        cloud = replace(self.proxy.cloud_init, secrets=secrets)
+        return replace(self.proxy, cloud_init=cloud)
+
+
+def read_fleet(document: Document, *, valid: bool) -> FleetReading:
+    """Read a Fleet document; ``valid``: it passed its schema check, build the model."""
+    data = _dict(document.data)
+    metadata, spec = _dict(data.get("metadata")), _dict(data.get("spec"))
+    images, machine_types = _dict(spec.get("images")), _dict(spec.get("machineTypes"))
+    name = _str(metadata.get("name"))
+    raw_hosts = [_dict(host) for host in _list(spec.get("hosts"))]
+    hosts = tuple(
+        HostEntry(
+            path=("spec", "hosts", index),
+            name=_str(host.get("name")),
+            address=_str(host.get("address")),
+            port=_int(host.get("port", DEFAULT_PORT)),
+            zone=_str(host.get("zone")),
+        )
+        for index, host in enumerate(raw_hosts)
+    )
+    fleet = None
+    if valid:
+        assert name is not None
+        fleet = Fleet(
+            name=name,
+            images=tuple(_image(key, images[key], document) for key in sorted(images)),
+            machine_types=tuple(
+                _machine_type(key, machine_types[key]) for key in sorted(machine_types)
+            ),
+            hosts=tuple(
+                _host(raw, entry, document) for raw, entry in zip(raw_hosts, hosts, strict=True)
+            ),
+            policy=_policy(_dict(spec.get("policy"))),
+            location=_location(document),
+        )
+    return FleetReading(
+        document=document,
+        name=name,
+        images=tuple(sorted(images)),
+        machine_types=tuple(sorted(machine_types)),
+        hosts=hosts,
+        fleet=fleet,
+    )
+
+
+def read_proxy(document: Document, *, valid: bool) -> ProxyReading:
+    """Read a Proxy document; ``valid``: it passed its schema check, build the model."""
+    data = _dict(document.data)
+    metadata, spec = _dict(data.get("metadata")), _dict(data.get("spec"))
+    placement, cloud = _dict(spec.get("placement")), _dict(spec.get("cloudInit"))
+    name, user_data = _str(metadata.get("name")), _str(cloud.get("userData"))
+    zone, image = _str(placement.get("zone")), _str(placement.get("image"))
+    machine_type, host = _str(placement.get("machineType")), _str(placement.get("host"))
+    vendor_data, network_config = _str(cloud.get("vendorData")), _str(cloud.get("networkConfig"))
+    proxy = None
+    if valid:
+        assert name is not None and zone is not None
+        assert image is not None and machine_type is not None
+        proxy = Proxy(
+            name=name,
+            placement=Placement(zone=zone, image=image, machine_type=machine_type, host=host),
+            cloud_init=CloudInit(
+                user_data=user_data or "", vendor_data=vendor_data, network_config=network_config
+            ),
+            install_guest_agent=spec.get("installGuestAgent", True),
+            health=_health(spec.get("health", {})),
+            lifecycle=Lifecycle(protect=spec.get("lifecycle", {}).get("protect", False)),
+            labels=tuple(sorted(metadata.get("labels", {}).items())),
+            annotations=tuple(sorted(metadata.get("annotations", {}).items())),
+            location=_location(document),
+        )
+    return ProxyReading(
+        document=document,
+        name=name,
+        zone=zone,
+        image=image,
+        machine_type=machine_type,
+        host=host,
+        user_data=user_data,
+        vendor_data=vendor_data,
+        network_config=network_config,
+        proxy=proxy,
+    )
+
+
+def _location(document: Document) -> Location:
+    return Location(document.file, document.start.line, document.start.column)
+
+
+def _image(key: str, value: dict[str, Any], document: Document) -> Image:
+    options: dict[str, Any] = {}
+    if "sha256" in value:
+        options["sha256"] = value["sha256"].lower()
+    if "format" in value:
+        options["format"] = ImageFormat(value["format"])
+    if "firmware" in value:
+        options["firmware"] = Firmware(value["firmware"])
+    mark = document.value_mark(("spec", "images", key, "url"))
+    location = Location(document.file, mark.line, mark.column)
+    return Image(key=key, url=value["url"], location=location, **options)
+
+
+def _machine_type(key: str, value: dict[str, Any]) -> MachineType:
+    return MachineType(
+        key=key, vcpus=value["vcpus"], memory_mib=value["memoryMiB"], disk_gib=value["diskGiB"]
+    )
+
+
+_HOST_OPTIONS = (
+    ("user", "user"),
+    ("pool", "pool"),
+    ("socket", "socket"),
+    ("cpu_mode", "cpuMode"),
+    ("tcg_cache_mib", "tcgCacheMiB"),
+    ("max_proxies", "maxProxies"),
+)
+
+
+def _host(value: dict[str, Any], entry: HostEntry, document: Document) -> Host:
+    assert entry.name is not None and entry.address is not None and entry.zone is not None
+    assert entry.port is not None
+    ((kind, name),) = value["network"].items()
+    options: dict[str, Any] = {
+        field_name: value[key] for field_name, key in _HOST_OPTIONS if key in value
+    }
+    if "domainType" in value:
+        options["domain_type"] = DomainType(value["domainType"])
+    mark = document.value_mark(entry.path)
+    return Host(
+        name=entry.name,
+        address=entry.address,
+        zone=entry.zone,
+        port=entry.port,
+        network=HostNetwork(kind=kind, name=name),
+        location=Location(document.file, mark.line, mark.column),
+        **options,
+    )
+
+
+def _policy(value: dict[str, Any]) -> Policy:
+    defaults = Policy()
+    return Policy(
+        prune=value.get("prune", defaults.prune),
+        max_deletes_per_run=value.get("maxDeletesPerRun", defaults.max_deletes_per_run),
+        allow_empty=value.get("allowEmpty", defaults.allow_empty),
+        drift=DriftMode(value.get("drift", defaults.drift.value)),
+        suspend=value.get("suspend", defaults.suspend),
+        rollout=_rollout(value.get("rollout", {})),
+        overcommit=_overcommit(value.get("overcommit", {})),
+        max_shrink_percent=value.get("maxShrinkPercent", defaults.max_shrink_percent),
+        acknowledge_shrink_to=value.get("acknowledgeShrinkTo"),
+    )
+
+
+def _overcommit(value: dict[str, Any]) -> Overcommit:
+    defaults = Overcommit()
+    return Overcommit(
+        memory=float(value.get("memory", defaults.memory)),
+        cpu=float(value.get("cpu", defaults.cpu)),
+        disk=float(value.get("disk", defaults.disk)),
+    )
+
+
+def _amount(value: int | str) -> Amount:
+    if isinstance(value, str):
+        return Amount(int(value.removesuffix("%")), percent=True)
+    return Amount(value)
+
+
+def _rollout(value: dict[str, Any]) -> Rollout:
+    defaults = Rollout()
+    surge = value.get("maxSurge")
+    unavailable = value.get("maxUnavailable")
+    return Rollout(
+        max_surge=_amount(surge) if surge is not None else defaults.max_surge,
+        max_unavailable=_amount(unavailable)
+        if unavailable is not None
+        else defaults.max_unavailable,
+    )
+
+
+def _health(value: dict[str, Any]) -> HealthCheck:
+    defaults = HealthCheck()
+    return HealthCheck(
+        proxy_port=value.get("proxyPort", defaults.proxy_port),
+        probe_url=value.get("probeURL", defaults.probe_url),
+        expect_status=value.get("expectStatus", defaults.expect_status),
+        timeout_seconds=float(value.get("timeoutSeconds", defaults.timeout_seconds)),
+        replace_after_seconds=float(
+            value.get("replaceAfterSeconds", defaults.replace_after_seconds)
+        ),
+        max_restarts=value.get("maxRestarts", defaults.max_restarts),
+        restart_window_seconds=float(
+            value.get("restartWindowSeconds", defaults.restart_window_seconds)
+        ),
+    )
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
