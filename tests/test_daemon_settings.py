@@ -231,5 +231,5 @@ def test_the_libvirt_transport_is_read_and_defaults_to_paramiko() -> None:
 
 def test_an_unknown_libvirt_transport_is_refused_with_its_line() -> None:
     assert errors("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: putty\n") == [
-        "proxyfleet.yaml:3:3: ssh.libvirtTransport: 'putty' is not one of ['paramiko', 'openssh']"
+        "proxyfleet.yaml:3:21: ssh.libvirtTransport: must be one of paramiko, openssh (got 'putty')"
     ]
