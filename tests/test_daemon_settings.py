@@ -229,3 +229,15 @@ def test_fleets_exclude_the_single_fleet_fields_and_name_each_fleet_once() -> No
         "proxyfleet.yaml:5:5: fleets[1].fleet: fleet 'a' is listed twice",
         "proxyfleet.yaml:7:5: fleets[2].fleet: required field is missing",
     ]
+
+
+def test_the_libvirt_transport_is_read_and_defaults_to_paramiko() -> None:
+    assert parse("repo: {url: /srv/fleet}\n").ssh.libvirt_transport == "paramiko"
+    settings = parse("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: openssh\n")
+    assert settings.ssh.libvirt_transport == "openssh"
+
+
+def test_an_unknown_libvirt_transport_is_refused_with_its_line() -> None:
+    assert errors("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: putty\n") == [
+        "proxyfleet.yaml:3:21: ssh.libvirtTransport: must be one of paramiko, openssh (got 'putty')"
+    ]

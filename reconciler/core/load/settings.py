@@ -98,6 +98,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             connect_timeout=float(ssh.get("connectTimeoutSeconds", d.ssh.connect_timeout)),
             call_timeout=float(ssh.get("callTimeoutSeconds", d.ssh.call_timeout)),
             keepalive_interval=float(ssh.get("keepaliveIntervalSeconds", d.ssh.keepalive_interval)),
+            libvirt_transport=str(ssh.get("libvirtTransport", d.ssh.libvirt_transport)),
         ),
         listen=ListenSettings(host=host, port=port),
         webhook=WebhookSettings(
