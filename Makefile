@@ -43,9 +43,11 @@ unit: deps
 	$(BIN)/pytest -q -m "not integration and not lab"
 
 # The whole suite: lint, the unit and integration tests (real libvirtd + sshd on
-# 127.0.0.1), then the lab end-to-end tests (namespaced hypervisors, real guests booting
-# under TCG; the guest image is built on the first run, ~3-4 min, and cached, as is the
-# Debian 13 root of the libvirt 11 lab host, 1-6 min).
+# 127.0.0.1, and the systemd unit under a real systemd as PID 1 of a box whose Debian 12
+# root is built on the first run, ~2 min, and cached), then the lab end-to-end tests
+# (namespaced hypervisors, real guests booting under TCG; the guest image is built on the
+# first run, ~3-4 min, and cached, as is the Debian 13 root of the libvirt 11 lab host,
+# 1-6 min).
 test: lint
 	$(BIN)/pytest -q -m "not lab"
 	$(BIN)/pytest -q -m lab tests/lab --durations=0 --durations-min=30

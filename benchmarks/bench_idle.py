@@ -68,15 +68,19 @@ def write_repo(root: Path, proxies: int) -> Repo:
     return load_repo(root)
 
 
-def owned_xml(repo: Repo) -> dict[str, str]:
-    """Domain XML (with the ownership element) of every proxy, by domain name."""
+def owned_xml(repo: Repo, host_name: str | None = None) -> dict[str, str]:
+    """Domain XML (with the ownership element) of every proxy, by domain name: of those
+    pinned to ``host_name`` (``placement.host``), or of all on the fleet's first host."""
     fleet = repo.fleet
-    host = fleet.hosts[0]
+    host = fleet.hosts[0] if host_name is None else fleet.host(host_name)
+    assert host is not None
     machine = fleet.machine_type("tiny")
     assert isinstance(machine, MachineType)
     pool_dir = "/var/lib/libvirt/images"
     xml = {}
     for proxy in repo.proxies:
+        if host_name is not None and proxy.placement.host != host_name:
+            continue
         image = resolve_image(fleet, proxy.placement.image)
         machine = fleet.machine_type(proxy.placement.machine_type)
         assert image is not None and machine is not None
@@ -113,12 +117,13 @@ def foreign_xml(name: str) -> str:
     )
 
 
-def populate(conn: Any, wanted: dict[str, str]) -> None:
-    """Define exactly ``wanted`` among the idle fleet's and the foreign bench domains."""
+def populate(
+    conn: Any, wanted: dict[str, str], ours: tuple[str, ...] = (f"pf-{FLEET}-", FOREIGN_PREFIX)
+) -> None:
+    """Define exactly ``wanted`` among the bench domains (names starting with ``ours``)."""
     existing = {d.name(): d for d in conn.listAllDomains(0)}
     for name, dom in existing.items():
-        ours = name.startswith(f"pf-{FLEET}-") or name.startswith(FOREIGN_PREFIX)
-        if ours and name not in wanted:
+        if name.startswith(ours) and name not in wanted:
             dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
     started = time.monotonic()
     made = 0

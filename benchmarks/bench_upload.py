@@ -7,11 +7,19 @@ the file with ``virStorageVolUpload`` through the SSH-forwarded libvirt socket
 while hashing it, check the size, write the marker. The base and its marker
 are deleted before every run so that each run uploads.
 
+proxyfleet runs once per ``ssh.libvirtTransport`` (``--transports``, default
+both): ``paramiko`` pumps libvirt's bytes through the SSH link in Python,
+``openssh`` through an ``ssh -N -L`` child; each is a contender of its own.
+
 The other side is OpenSSH's ``scp`` of the same file through the same sshd
 into the same pool directory, over a master connection opened beforehand
 (``ControlMaster``), as proxyfleet's connection is open before its run too.
 
-Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_upload``.
+With ``--hosts N`` (row 3b: 3) the same image goes to N lab hosts at once: proxyfleet
+one ``ensure_image`` per host on a thread each (as the executor uploads a base to
+several hosts), against N ``scp`` running at once; MB/s are summed over the hosts.
+
+Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_upload [--hosts 3]``.
 """
 
 from __future__ import annotations
@@ -22,6 +30,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +43,13 @@ from benchmarks.common import (
     bench_dir,
     busy_text,
     emit,
-    lab_host,
+    lab_hosts,
     lab_ssh,
     lab_up,
 )
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image, ImageFormat
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 from reconciler.model.vm import base_volume_name
 
 POOL_DIR = "/var/lib/libvirt/images"
@@ -102,58 +115,100 @@ class Scp:
         )
 
 
+def run_nth(calls: list[Callable[[], object]], index: int) -> None:
+    calls[index]()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="file size in MiB")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--hosts", type=int, default=1, help="upload to this many lab hosts at once (row 3b: 3)"
+    )
+    parser.add_argument(
+        "--transports",
+        default=",".join(LIBVIRT_TRANSPORTS),
+        help="ssh.libvirtTransport values of proxyfleet's side, each a contender of its own "
+        f"(default: all; proxyfleet's default is {SshSettings().libvirt_transport})",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
+    transports = args.transports.split(",")
+    unknown = set(transports) - set(LIBVIRT_TRANSPORTS)
+    if unknown:
+        parser.error(f"--transports: unknown {', '.join(sorted(unknown))}")
 
-    result = Result(row="upload", load_before=os.getloadavg(), busy=busy_text())
-    lab = lab_up()
+    row = "upload" if args.hosts == 1 else f"upload{args.hosts}"
+    result = Result(row=row, load_before=os.getloadavg(), busy=busy_text())
+    lab = lab_up(args.hosts)
     work = bench_dir("upload")
     size = args.mib * 2**20
     started = time.monotonic()
     path = work / f"blob-{args.mib}m.raw"
     sha = blob(path, size)
     print(f"{path}: {size} bytes, sha256 {sha} [{time.monotonic() - started:.1f} s]")
-    host = lab_host(lab)
+    hosts = lab_hosts(lab)[: args.hosts]
     image = Image(key=KEY, url=path.as_uri(), sha256=sha, format=ImageFormat.RAW)
-    hv = LibvirtHost(host, lab_ssh(lab))
-    scp = Scp(lab, host.address, work / "control.sock")
+    hvs = {
+        transport: [
+            LibvirtHost(host, replace(lab_ssh(lab), libvirt_transport=transport)) for host in hosts
+        ]
+        for transport in transports
+    }
+    scps = [Scp(lab, h.address, work / f"control-{h.name}.sock") for h in hosts]
     remote_scp = f"{POOL_DIR}/scp-{KEY}.raw"
+    pool = ThreadPoolExecutor(len(hosts))
+
+    def at_once(fn: Callable[[int], object]) -> None:
+        """``fn`` for every host at once, as the executor uploads a base to its hosts."""
+        list(pool.map(fn, range(len(hosts))))
 
     def clean() -> None:
-        """Neither copy stays: every run writes the whole file."""
-        images = hv._images  # the adapter's own volume helpers
-        pool = images.pool()
-        for name in (f"{base_volume_name(image)}.sha256", base_volume_name(image)):
-            images.delete_volume(pool, name)
-        scp.run("rm", "-f", remote_scp)
+        """No copy stays: every run writes the whole file to every host."""
+        for index, hv in enumerate(hvs[transports[0]]):
+            images = hv._images  # the adapter's own volume helpers
+            handle = images.pool()
+            for name in (f"{base_volume_name(image)}.sha256", base_volume_name(image)):
+                images.delete_volume(handle, name)
+            scps[index].run("rm", "-f", remote_scp)
 
     try:
         clean()
-        timed = alternate(
-            {
-                "proxyfleet ensure_image": lambda: hv.ensure_image(image, path),
-                "scp": lambda: scp.copy(path, remote_scp),
-            },
-            runs=args.runs,
-            between=clean,
-        )
+        contenders: dict[str, Callable[[], float | None]] = {
+            "scp": partial(at_once, lambda i: scps[i].copy(path, remote_scp))
+        }
+        for transport, ones in hvs.items():
+            uploads: list[Callable[[], object]] = [
+                partial(one.ensure_image, image, path) for one in ones
+            ]
+            contenders[f"proxyfleet ensure_image ({transport})"] = partial(
+                at_once, partial(run_nth, uploads)
+            )
+        timed = alternate(contenders, runs=args.runs, between=clean)
+        via = {transport: ones[0].session.via for transport, ones in hvs.items()}
     finally:
         clean()
-        scp.close()
-        hv.close()
-    rate = [size / 1e6 / s for s in timed["proxyfleet ensure_image"]]
-    pf = result.add("proxyfleet", "MB/s", rate)
-    floor = result.add("floor", "MB/s", [size / 1e6 / s for s in timed["scp"]])
-    result.add("proxyfleet_seconds", "s", timed["proxyfleet ensure_image"])
+        pool.shutdown()
+        for scp in scps:
+            scp.close()
+        for ones in hvs.values():
+            for one in ones:
+                one.close()
+    total = size * len(hosts)
+    floor = result.add("floor", "MB/s", [total / 1e6 / s for s in timed["scp"]])
     result.add("floor_seconds", "s", timed["scp"])
-    result.note(
-        f"proxyfleet {pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
-        f"({args.mib} MiB, sha256 verified while streaming)"
-    )
+    result.add("hosts", "hosts", [len(hosts)])
+    what = "1 host" if len(hosts) == 1 else f"{len(hosts)} hosts at once, MB/s summed"
+    for transport in transports:
+        seconds = timed[f"proxyfleet ensure_image ({transport})"]
+        pf = result.add(f"proxyfleet_{transport}", "MB/s", [total / 1e6 / s for s in seconds])
+        result.add(f"proxyfleet_{transport}_seconds", "s", seconds)
+        result.note(
+            f"proxyfleet, ssh.libvirtTransport {transport} (libvirt over {via[transport]}): "
+            f"{pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
+            f"({args.mib} MiB to {what}, sha256 verified while streaming)"
+        )
     emit(result, args.json)
     return 0
 

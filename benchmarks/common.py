@@ -204,11 +204,15 @@ def lab_instance() -> str:
     return os.environ.get("PROXYFLEET_LAB_INSTANCE", "0")
 
 
-def lab_up(hosts: int = 1) -> dict[str, Any]:
-    """``python -m lab up`` (idempotent) and the image; lab.json's content."""
+def lab_up(hosts: int = 1, *, light: bool = False) -> dict[str, Any]:
+    """``python -m lab up`` (idempotent) and the image; lab.json's content.
+
+    ``light``: hosts with libvirtd and sshd only (``lab up --light``), for rows that start
+    no guest. Hosts beyond ``hosts`` are removed, as ``lab up`` does."""
     from lab import config
 
-    for args in (("image",), ("up", "--hosts", str(hosts))):
+    up = ("up", "--hosts", str(hosts), *(("--light",) if light else ()))
+    for args in (("image",), up):
         proc = subprocess.run(
             [sys.executable, "-m", "lab", *args],
             cwd=ROOT,
@@ -223,15 +227,22 @@ def lab_up(hosts: int = 1) -> dict[str, Any]:
     return lab
 
 
+def lab_hosts(lab: dict[str, Any]) -> list[Host]:
+    """The lab's hosts as fleet.yaml would name them (guests on their bridges)."""
+    return [
+        Host(
+            name=spec["name"],
+            address=spec["address"],
+            zone=spec["zone"],
+            network=HostNetwork("bridge", spec["bridge"]),
+        )
+        for spec in lab["hosts"]
+    ]
+
+
 def lab_host(lab: dict[str, Any]) -> Host:
     """The lab's first host as fleet.yaml would name it (guests on its bridge)."""
-    spec = lab["hosts"][0]
-    return Host(
-        name=spec["name"],
-        address=spec["address"],
-        zone=spec["zone"],
-        network=HostNetwork("bridge", spec["bridge"]),
-    )
+    return lab_hosts(lab)[0]
 
 
 def lab_ssh(lab: dict[str, Any]) -> SshSettings:
@@ -284,12 +295,16 @@ def fleet_yaml(
     )
 
 
-def proxy_yaml(name: str, *, zone: str = "zone-a", image: str = "debian12-bios") -> str:
-    """A Proxy manifest whose userData is a small cloud-config (as an operator would write)."""
+def proxy_yaml(
+    name: str, *, zone: str = "zone-a", image: str = "debian12-bios", host: str | None = None
+) -> str:
+    """A Proxy manifest whose userData is a small cloud-config (as an operator would write);
+    ``host`` pins it to one host (``placement.host``)."""
+    pin = f"    host: {host}\n" if host else ""
     return (
         "apiVersion: proxyfleet/v1\nkind: Proxy\n"
         f"metadata:\n  name: {name}\n"
-        f"spec:\n  placement:\n    zone: {zone}\n    image: {image}\n    machineType: tiny\n"
+        f"spec:\n  placement:\n    zone: {zone}\n{pin}    image: {image}\n    machineType: tiny\n"
         "  cloudInit:\n    userData: |\n      #cloud-config\n"
         f"      hostname: {name}\n      runcmd:\n        - [sh, -c, 'echo {name} > /run/bench']\n"
         "  health:\n    probeURL: http://10.79.0.1/generate_204\n    expectStatus: 204\n"

@@ -37,6 +37,7 @@ from benchmarks.common import (
     load_text,
     machine_info,
 )
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 
 DOC = ROOT / "docs" / "performance.md"
 BEGIN = "<!-- bench:begin (written by make bench; edit outside these markers) -->"
@@ -57,10 +58,13 @@ ROWS = (
     Row("idle", ["-m", "benchmarks.bench_idle"]),
     Row("create", ["-m", "benchmarks.bench_create"]),
     Row("upload", ["-m", "benchmarks.bench_upload"]),
+    Row("upload3", ["-m", "benchmarks.bench_upload", "--hosts", "3"]),
     Row("trigger", ["-m", "benchmarks.bench_trigger"]),
     Row("plan", [str(ROOT / "benchmarks" / "plan_scale.py")], lab=False),
     # One rollout of 20 booting guests takes 10-20 minutes under TCG: one measured run.
     Row("rollout", ["-m", "benchmarks.bench_rollout"], max_runs=1),
+    # Last: it brings up 10 light hosts, which the rows above (one host each) would remove.
+    Row("fleet", ["-m", "benchmarks.bench_fleet"]),
 )
 
 
@@ -133,16 +137,32 @@ def create_lines(r: Result) -> list[Line]:
     return lines
 
 
-def upload_line(r: Result) -> Line:
-    pf, floor = r.metrics["proxyfleet"], r.metrics["floor"]
-    return (
-        "3. upload a 1 GiB base image (sha256 while streaming)",
-        f"`ensure_image` {pf.text(0)}",
-        f"`scp` {floor.text(0)}",
-        _ratio(pf.median, floor.median),
-        ">= 0.9x",
-        _met(pf.median / floor.median >= 0.9),
+def upload_lines(r: Result) -> list[Line]:
+    floor = r.metrics["floor"]
+    hosts = int(r.metrics["hosts"].median) if "hosts" in r.metrics else 1
+    what = (
+        "3. upload a 1 GiB base image"
+        if hosts == 1
+        else f"3b. upload a 1 GiB base image to {hosts} hosts at once (MB/s summed)"
     )
+    scp = "`scp`" if hosts == 1 else f"{hosts} `scp` at once"
+    lines: list[Line] = []
+    for transport in LIBVIRT_TRANSPORTS:
+        pf = r.metrics.get(f"proxyfleet_{transport}")
+        if pf is None:
+            continue
+        default = " (the default)" if transport == SshSettings().libvirt_transport else ""
+        lines.append(
+            (
+                f"{what} (sha256 while streaming), `ssh.libvirtTransport: {transport}`{default}",
+                f"`ensure_image` {pf.text(0)}",
+                f"{scp} {floor.text(0)}",
+                _ratio(pf.median, floor.median),
+                ">= 0.9x",
+                _met(pf.median / floor.median >= 0.9),
+            )
+        )
+    return lines
 
 
 def trigger_lines(r: Result) -> list[Line]:
@@ -191,13 +211,33 @@ def rollout_line(r: Result) -> Line:
     )
 
 
+def fleet_line(r: Result) -> Line:
+    pf, floor, rpcs = r.metrics["proxyfleet"], r.metrics["floor"], r.metrics["rpcs"]
+    muts = int(max(r.metrics["mutating"].samples))
+    rss_mb = r.metrics["rss"].median * 2**20 / 1e6
+    hosts, domains = int(r.metrics["hosts"].median), int(r.metrics["domains"].median)
+    at_once = r.metrics.get("together")
+    together = f"; all {hosts} loops at once {in_ms(at_once)}" if at_once else ""
+    return (
+        f"7. the whole fleet idle: {hosts} hosts, {domains} owned (shut off) VMs, "
+        "observe (hosts at once) + plan",
+        f"{in_ms(pf)}, {int(rpcs.median)} RPCs, {muts} mutating, peak RSS {rss_mb:.0f} MB",
+        f"slowest host's minimal loop {in_ms(floor)}{together}",
+        _ratio(pf.median, floor.median),
+        "<= 1.2x, 0 mutating, RSS <= 150 MB",
+        _met(pf.median / floor.median <= 1.2 and muts == 0 and rss_mb <= 150),
+    )
+
+
 LINES: dict[str, Callable[[Result], list[Line]]] = {
     "idle": lambda r: [idle_line(r)],
     "create": create_lines,
-    "upload": lambda r: [upload_line(r)],
+    "upload": upload_lines,
+    "upload3": upload_lines,
     "trigger": trigger_lines,
     "plan": lambda r: [plan_line(r)],
     "rollout": lambda r: [rollout_line(r)],
+    "fleet": lambda r: [fleet_line(r)],
 }
 
 

@@ -1,8 +1,10 @@
 """``python -m lab up|down|status|image|daemon``: the lab's command line.
 
-up [--hosts N] [--debian13 K]
-                      bring up N namespaced hypervisors (default 2) and the image server;
-                      the last K of them Debian 13 (libvirt 11) hosts, the rest Debian 12
+up [--hosts N] [--debian13 K] [--light]
+                      bring up N namespaced hypervisors (default 2, at most 10) and the image
+                      server; the last K of them Debian 13 (libvirt 11) hosts, the rest
+                      Debian 12; --light: libvirtd, virtlogd and sshd only (no dnsmasq, no
+                      probe), for benchmarks of many hosts that start no guest
 down [--keep-state]   remove every namespace, process, mount, link and route of the lab
 status                show what of the lab exists
 image [--force]       build the guest image unless the cache holds it for this recipe
@@ -148,7 +150,7 @@ def write_outputs(layouts: list[HostLayout]) -> None:
 # --- commands ------------------------------------------------------------------------------
 
 
-def up(count: int, *, debian13: int = 0) -> list[HostLayout]:
+def up(count: int, *, debian13: int = 0, light: bool = False) -> list[HostLayout]:
     if not 1 <= count <= config.MAX_HOSTS:
         raise hosts.LabError(f"--hosts must be 1..{config.MAX_HOSTS}")
     if not 0 <= debian13 <= count:
@@ -170,9 +172,10 @@ def up(count: int, *, debian13: int = 0) -> list[HostLayout]:
         started = time.monotonic()
         kind = "debian13" if h.n > count - debian13 else "debian12"
         hosts.set_kind(h, kind, root if kind == "debian13" else None)
-        hosts.up_host(h)
+        hosts.up_host(h, light=light)
         _log(
-            f"{h.name}: {kind} up at {h.address} ({h.zone}), guests on br0 {h.guest_subnet} "
+            f"{h.name}: {kind}{' (light)' if light else ''} up at {h.address} ({h.zone}), "
+            f"guests on br0 {h.guest_subnet} "
             f"[{time.monotonic() - started:.1f}s]"
         )
     hosts.write_known_hosts(wanted)
@@ -288,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument(
         "--debian13", type=int, default=0, metavar="K", help="the last K hosts run Debian 13"
     )
+    p_up.add_argument(
+        "--light", action="store_true", help="libvirtd, virtlogd and sshd only: no DHCP, no probe"
+    )
     p_down = sub.add_parser("down")
     p_down.add_argument("--keep-state", action="store_true")
     sub.add_parser("status")
@@ -306,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the lab needs root (namespaces, mounts, links)")
     try:
         if args.cmd == "up":
-            up(args.hosts, debian13=args.debian13)
+            up(args.hosts, debian13=args.debian13, light=args.light)
         elif args.cmd == "down":
             down(keep_state=args.keep_state)
         elif args.cmd == "status":

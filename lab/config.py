@@ -16,7 +16,8 @@ from pathlib import Path
 LAB_DIR = Path(__file__).resolve().parent
 INSTANCE = int(os.environ.get("PROXYFLEET_LAB_INSTANCE", "0"))
 """Several labs may run side by side (tests, benchmarks, the demo): instance k numbers
-its hosts k*10+1 .. k*10+9, so names, veths, addresses and routes never collide."""
+its hosts k*10+1 .. k*10+10, so names, veths, addresses and routes never collide (host 10
+of instance k is k*10+10, below instance k+1's first host, k*10+11)."""
 if not 0 <= INSTANCE <= 9:
     raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..9")
 HOST_BASE = INSTANCE * 10
@@ -39,7 +40,7 @@ PROBE_ADDRESS = "10.79.0.1"
 PROBE_PORT = 80
 PROBE_URL = f"http://{PROBE_ADDRESS}/generate_204"
 NETNS_PREFIX = "pfhost"
-MAX_HOSTS = 9
+MAX_HOSTS = 10
 
 
 @dataclass(frozen=True)

@@ -476,12 +476,18 @@ def set_kind(host: HostLayout, kind: str, root: Path | None) -> None:
         (host.state / "root.path").write_text(f"{root}\n")
 
 
-def up_host(host: HostLayout) -> None:
+LIGHT_DAEMONS = ("virtlogd", "libvirtd", "sshd")
+"""What a light host runs (``lab up --light``): libvirt and SSH, no DHCP and no probe, for
+benchmarks of many hosts that start no guest."""
+
+
+def up_host(host: HostLayout, *, light: bool = False) -> None:
     ensure_network(host)
     ensure_host_files(host)
     ensure_holder(host)
     for name, _ in _daemons(host):
-        start_daemon(host, name)
+        if not light or name in LIGHT_DAEMONS:
+            start_daemon(host, name)
     ensure_pool(host)
 
 

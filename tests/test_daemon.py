@@ -208,14 +208,29 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
     assert seen == [False, False, True]
 
 
+def test_hung_after_seconds_decides_when_a_cycle_is_hung_once_three_intervals_are_shorter(
+    settings: DaemonSettings,
+) -> None:
+    from dataclasses import replace
+
+    now = [0.0]
+    daemon = make(
+        replace(settings, interval=3, hung_after=10), FakeCycle(), monotonic=lambda: now[0]
+    )
+    daemon._cycle_started = 0.0
+    now[0] = 9.5
+    assert daemon.alive()
+    now[0] = 10.5
+    assert not daemon.alive()
+
+
 def test_a_long_cycle_that_keeps_finishing_actions_is_alive_and_one_that_stops_is_hung(
     settings: DaemonSettings,
 ) -> None:
-    from reconciler.engine.daemon import HUNG_AFTER_MIN
     from reconciler.engine.runtime import Progress
 
     now = [0.0]
-    hung = max(3 * settings.interval, HUNG_AFTER_MIN)
+    hung = max(3 * settings.interval, settings.hung_after)
     progress = Progress(monotonic=lambda: now[0])
     daemon = make(settings, FakeCycle(), monotonic=lambda: now[0], progress=progress)
     daemon.http.start()

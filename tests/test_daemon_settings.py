@@ -52,6 +52,7 @@ status: {enabled: false, branch: status, path: .status, history: 3, pushAttempts
 log: {level: debug, format: json}
 concurrency: {perHost: 4}
 replaceTimeoutSeconds: 240
+hungAfterSeconds: 900
 stateDir: /srv/proxyfleet
 """,
         base=Path("/opt/pf"),
@@ -73,6 +74,7 @@ stateDir: /srv/proxyfleet
     assert (settings.log.level, settings.log.format) == ("debug", "json")
     assert settings.concurrency.per_host == 4
     assert settings.replace_timeout == 240.0
+    assert settings.hung_after == 900.0
     assert settings.state_dir == Path("/srv/proxyfleet")
 
 
@@ -101,6 +103,12 @@ def test_every_problem_is_reported_at_once_with_file_line_and_column() -> None:
         "proxyfleet.yaml:4:9: listen: must be host:port, for example 127.0.0.1:9477 "
         "(got 'localhost')",
         "proxyfleet.yaml:5:15: log.format: must be one of logfmt, json (got 'xml')",
+    ]
+
+
+def test_a_hung_cycle_cannot_be_declared_in_less_than_ten_seconds() -> None:
+    assert errors("repo:\n  url: /srv/fleet\nhungAfterSeconds: 2\n") == [
+        "proxyfleet.yaml:3:19: hungAfterSeconds: must be at least 10 (got 2)"
     ]
 
 
@@ -220,4 +228,16 @@ def test_fleets_exclude_the_single_fleet_fields_and_name_each_fleet_once() -> No
         "fleets[]",
         "proxyfleet.yaml:5:5: fleets[1].fleet: fleet 'a' is listed twice",
         "proxyfleet.yaml:7:5: fleets[2].fleet: required field is missing",
+    ]
+
+
+def test_the_libvirt_transport_is_read_and_defaults_to_paramiko() -> None:
+    assert parse("repo: {url: /srv/fleet}\n").ssh.libvirt_transport == "paramiko"
+    settings = parse("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: openssh\n")
+    assert settings.ssh.libvirt_transport == "openssh"
+
+
+def test_an_unknown_libvirt_transport_is_refused_with_its_line() -> None:
+    assert errors("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: putty\n") == [
+        "proxyfleet.yaml:3:21: ssh.libvirtTransport: must be one of paramiko, openssh (got 'putty')"
     ]

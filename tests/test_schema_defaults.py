@@ -72,6 +72,7 @@ RENAMED = {
     "keepaliveIntervalSeconds": "keepalive_interval",
     "replaceTimeoutSeconds": "replace_timeout",
     "deleteWindowSeconds": "delete_window",
+    "hungAfterSeconds": "hung_after",
     "ttlSeconds": "ttl",
     "allowFileDirs": "allow_file_dirs",
 }

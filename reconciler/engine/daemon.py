@@ -46,9 +46,6 @@ FOLLOW_UP = 30.0
 """Seconds to the next run while a new VM is not healthy yet (``RunReport.settling``): a
 restart, or a create, reaches "healthy" in about a boot's time, not an interval's."""
 
-HUNG_AFTER_MIN = 3600.0
-"""Seconds a single cycle may run before the watchdog stops vouching for the daemon."""
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -204,7 +201,7 @@ class Daemon:
         last = self._progress.last
         if last is not None and last > started:
             started = last
-        hung_after = max(3 * self.settings.interval, HUNG_AFTER_MIN)
+        hung_after = max(3 * self.settings.interval, self.settings.hung_after)
         return self._monotonic() - started < hung_after
 
     # -- the loop ------------------------------------------------------------

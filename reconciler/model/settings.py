@@ -27,6 +27,13 @@ class SshSettings:
     """Seconds any single libvirt call may take before it is abandoned as transient."""
     keepalive_interval: float = 15.0
     """Seconds between SSH keepalives on an idle connection."""
+    libvirt_transport: str = "paramiko"
+    """What carries libvirt's bytes (``LIBVIRT_TRANSPORTS``): ``paramiko`` pumps them
+    through the SSH link in Python; ``openssh`` through an ``ssh -N -L`` child (the
+    system's OpenSSH client, same key and known_hosts), C all the way."""
+
+
+LIBVIRT_TRANSPORTS = ("paramiko", "openssh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +237,9 @@ class DaemonSettings:
     """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
     delete_window: float = 3600.0
     """Seconds over which ``policy.maxDeletesPerRun`` holds, persisted in the state dir."""
+    hung_after: float = 3600.0
+    """Seconds one cycle may go without finishing an action (and three intervals) before the
+    daemon calls it hung and stops pinging systemd's watchdog, which then restarts it."""
     coordination: CoordinationSettings = CoordinationSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""

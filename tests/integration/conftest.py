@@ -107,6 +107,27 @@ def sshd(ssh_keys: SshKeys, libvirtd: None) -> Iterator[Sshd]:
     server.stop()
 
 
+@pytest.fixture
+def own_sshd(tmp_path: Path) -> Iterator[Callable[..., Sshd]]:
+    """Extra sshd instances a test may restart or reconfigure without touching the shared one."""
+    started: list[Sshd] = []
+
+    def start(*, streamlocal: bool = True, keys: SshKeys | None = None) -> Sshd:
+        server = Sshd(
+            keys or make_keys(tmp_path / f"keys{len(started)}"),
+            name=f"own{len(started)}",
+            streamlocal=streamlocal,
+        )
+        server.start()
+        server.keyscan(server.keys.known_hosts)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def pool(local_conn: Any) -> Iterator[tuple[str, Path]]:
     name = f"pf-it-{secrets.token_hex(3)}"

@@ -16,17 +16,32 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from hostservices import BlankImage, Sshd
+from hostservices import BlankImage, Sshd, SshKeys
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image, ImageFormat
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 from reconciler.model.vm import VmSpec, base_volume_name
 
 # A pump or watchdog thread dying with an exception is a bug, not noise.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 MUTATING_RPCS = ("virStorageVolCreateXML", "virStorageVolUpload", "virStorageVolDelete")
+
+
+@pytest.fixture(params=LIBVIRT_TRANSPORTS)
+def settings(request: pytest.FixtureRequest, ssh_keys: SshKeys) -> SshSettings:
+    """Every rule of the image cache holds over either ``ssh.libvirtTransport``: libvirt's
+    bytes pumped by paramiko, or carried by an ``ssh -N -L`` child."""
+    return SshSettings(
+        key_file=ssh_keys.client_key,
+        known_hosts_file=ssh_keys.known_hosts,
+        connect_timeout=10.0,
+        call_timeout=60.0,
+        keepalive_interval=5.0,
+        libvirt_transport=request.param,
+    )
 
 
 def volumes(local_conn: Any, pool: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,27 +33,6 @@ def server_fingerprint(keys: SshKeys) -> str:
         text=True,
     ).stdout
     return out.split()[1]
-
-
-@pytest.fixture
-def own_sshd(tmp_path: Path) -> Iterator[Callable[..., Sshd]]:
-    """Extra sshd instances a test may restart or reconfigure without touching the shared one."""
-    started: list[Sshd] = []
-
-    def start(*, streamlocal: bool = True, keys: SshKeys | None = None) -> Sshd:
-        server = Sshd(
-            keys or make_keys(tmp_path / f"keys{len(started)}"),
-            name=f"own{len(started)}",
-            streamlocal=streamlocal,
-        )
-        server.start()
-        server.keyscan(server.keys.known_hosts)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 def host_on(host: Host, server: Sshd) -> Host:

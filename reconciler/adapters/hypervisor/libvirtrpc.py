@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import libvirt
 
 from reconciler.adapters.hypervisor.deadline import Deadline
+from reconciler.adapters.hypervisor.opensshforward import OpenSshForward
 from reconciler.adapters.hypervisor.ssh import SshConnection
 from reconciler.adapters.hypervisor.sshbridge import SocketBridge
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
@@ -146,13 +147,16 @@ class LibvirtSession:
         self._observer = observer
         self._lock = threading.RLock()
         self._ssh = SshConnection(host, settings)
-        self._bridge: SocketBridge | None = None
+        self._bridge: SocketBridge | OpenSshForward | None = None
         self._conn: Any = None
         _OPEN.add(self)
 
     @property
     def via(self) -> str:
-        """How the libvirt socket is reached: ``streamlocal`` or ``virt-ssh-helper``."""
+        """How the libvirt socket is reached: ``streamlocal`` or ``virt-ssh-helper`` (through
+        the SSH link in this process), or ``openssh-streamlocal`` (an ``ssh -L`` child)."""
+        if isinstance(self._bridge, OpenSshForward):
+            return "openssh-streamlocal"
         return "virt-ssh-helper" if self._ssh.streamlocal_refused else "streamlocal"
 
     def call(self, rpc: str, fn: Callable[[Any], T], **ids: object) -> T:
@@ -245,7 +249,7 @@ class LibvirtSession:
     def _dial(self) -> Any:
         started = time.monotonic()
         if self._bridge is None:
-            self._bridge = SocketBridge(self._ssh.open_libvirt_channel, label=self.host.name)
+            self._bridge = self._new_bridge()
         self._bridge.prepare()
         bridge = self._bridge
         deadline = Deadline(self._settings.connect_timeout, lambda: self._abort(None, "open"))
@@ -269,6 +273,18 @@ class LibvirtSession:
             deadline.cancel()
         self._record("virConnectOpen", started, ok=True, ids={"via": self.via})
         return conn
+
+    def _new_bridge(self) -> SocketBridge | OpenSshForward:
+        """The local socket libvirt-python opens. With ``libvirt_transport`` openssh, the
+        SSH link first opens (and closes) one libvirt channel, so that the host key,
+        authentication and a refused forwarding are found and classified as always; a
+        host whose sshd refuses forwarding keeps the bridge and its ``virt-ssh-helper``."""
+        if self._settings.libvirt_transport == "openssh":
+            probe = self._ssh.open_libvirt_channel()
+            probe.close()
+            if not self._ssh.streamlocal_refused:
+                return OpenSshForward(self.host, self._settings)
+        return SocketBridge(self._ssh.open_libvirt_channel, label=self.host.name)
 
     def _alive(self, conn: Any) -> bool:
         try:

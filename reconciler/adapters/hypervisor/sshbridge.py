@@ -43,16 +43,13 @@ class SocketBridge:
     def __init__(self, open_channel: Callable[[], paramiko.Channel], *, label: str) -> None:
         self._open_channel = open_channel
         self._label = label
-        base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
+        self._dir, self.path = private_socket_dir(label)
         try:
-            self._dir = tempfile.mkdtemp(prefix="proxyfleet-", dir=base)
-            os.chmod(self._dir, 0o700)
-            self.path = os.path.join(self._dir, "libvirt-sock")
             self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._server.bind(self.path)
         except OSError as exc:
             raise PermanentError(
-                f"cannot make the local libvirt socket under {base}: {exc}; "
+                f"cannot make the local libvirt socket {self.path}: {exc}; "
                 "give proxyfleet a writable RuntimeDirectory or /tmp",
                 host=label,
             ) from exc
@@ -183,6 +180,23 @@ class SocketBridge:
         with self._lock:
             self._live.discard(client)
             self._channels.discard(channel)
+
+
+def private_socket_dir(label: str) -> tuple[str, str]:
+    """A fresh 0700 directory for a local libvirt socket and the socket's path in it: under
+    systemd's ``$RUNTIME_DIRECTORY`` when set, else the temp dir. PermanentError naming
+    the place when none can be made."""
+    base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
+    try:
+        directory = tempfile.mkdtemp(prefix="proxyfleet-", dir=base)
+        os.chmod(directory, 0o700)
+    except OSError as exc:
+        raise PermanentError(
+            f"cannot make the local libvirt socket under {base}: {exc}; "
+            "give proxyfleet a writable RuntimeDirectory or /tmp",
+            host=label,
+        ) from exc
+    return directory, os.path.join(directory, "libvirt-sock")
 
 
 def _packet_payload(channel: paramiko.Channel) -> int:

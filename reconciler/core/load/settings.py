@@ -98,6 +98,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             connect_timeout=float(ssh.get("connectTimeoutSeconds", d.ssh.connect_timeout)),
             call_timeout=float(ssh.get("callTimeoutSeconds", d.ssh.call_timeout)),
             keepalive_interval=float(ssh.get("keepaliveIntervalSeconds", d.ssh.keepalive_interval)),
+            libvirt_transport=str(ssh.get("libvirtTransport", d.ssh.libvirt_transport)),
         ),
         listen=ListenSettings(host=host, port=port),
         webhook=WebhookSettings(
@@ -117,6 +118,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
         delete_window=float(doc.get("deleteWindowSeconds", d.delete_window)),
+        hung_after=float(doc.get("hungAfterSeconds", d.hung_after)),
         coordination=CoordinationSettings(
             url=str(coordination.get("url", d.coordination.url)),
             ttl=float(coordination.get("ttlSeconds", d.coordination.ttl)),

@@ -1,0 +1,54 @@
+"""The lab's numbering: ten hosts per instance, none shared between instances; light hosts."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import config, hosts
+from lab.config import HostLayout
+
+
+def layouts_of(instance: int, monkeypatch: pytest.MonkeyPatch) -> list[HostLayout]:
+    monkeypatch.setattr(config, "HOST_BASE", instance * 10)
+    return [HostLayout(n) for n in range(1, config.MAX_HOSTS + 1)]
+
+
+def test_every_instance_has_ten_hosts_whose_names_and_networks_no_other_instance_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: dict[str, int] = {}
+    for instance in range(10):
+        for layout in layouts_of(instance, monkeypatch):
+            for value in (layout.name, layout.address, layout.guest_subnet):
+                assert seen.setdefault(value, instance) == instance, value
+    assert config.MAX_HOSTS == 10
+    assert len(seen) == 10 * 10 * 3
+
+
+def test_an_instance_claims_its_tenth_host_and_not_the_next_instances_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(config, "HOST_BASE", 60)
+    assert HostLayout.from_name("pfhost70") == HostLayout(10)
+    assert HostLayout.from_name("pfhost61") == HostLayout(1)
+    assert HostLayout.from_name("pfhost60") is None
+    assert HostLayout.from_name("pfhost71") is None
+
+
+@pytest.mark.parametrize(
+    ("light", "started"),
+    [
+        (True, ["virtlogd", "libvirtd", "sshd"]),
+        (False, ["virtlogd", "libvirtd", "sshd", "dnsmasq", "python"]),
+    ],
+)
+def test_a_light_host_starts_libvirt_and_sshd_only(
+    monkeypatch: pytest.MonkeyPatch, light: bool, started: list[str]
+) -> None:
+    calls: list[str] = []
+    for step in ("ensure_network", "ensure_host_files", "ensure_holder", "ensure_pool"):
+        monkeypatch.setattr(hosts, step, lambda _host: None)
+    monkeypatch.setattr(hosts, "host_root", lambda _host: None)
+    monkeypatch.setattr(hosts, "start_daemon", lambda _host, name: calls.append(name))
+    hosts.up_host(HostLayout(1), light=light)
+    assert calls == started
