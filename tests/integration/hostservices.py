@@ -251,6 +251,20 @@ class Sshd:
     def sessions(self) -> list[int]:
         return descendants(self.proc.pid) if self.proc is not None else []
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every session it forked so far stopped (SIGSTOP) inside the block, resumed after:
+        a host whose sshd holds the connection open and answers nothing."""
+        frozen = self.sessions()
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the listener and every session it forked (a real restart drops them too)."""
         if self.proc is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -105,16 +104,8 @@ def test_a_call_without_answer_ends_the_ssh_child_at_its_deadline_and_the_next_c
     adapter = make_host(replace(host, port=server.port), ssh)
     adapter.observe()
     [first] = set(ssh_children()) - before
-    frozen = server.sessions()
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        with pytest.raises(TransientError, match="no answer within 3 s"):
-            adapter.observe()
-    finally:
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+    with server.frozen(), pytest.raises(TransientError, match="no answer within 3 s"):
+        adapter.observe()
 
     assert gone(first)
     assert adapter.observe().reachable

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import shutil
-import signal
 import socket
 import subprocess
 from collections.abc import Callable
@@ -164,16 +161,8 @@ def test_a_call_without_answer_fails_transient_at_its_deadline_and_the_next_call
         host_on(host, server), replace(settings_for(settings, server.keys), call_timeout=3.0)
     )
     adapter.observe()
-    frozen = server.sessions()
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        with pytest.raises(TransientError, match="no answer within 3 s"):
-            adapter.observe()
-    finally:
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+    with server.frozen(), pytest.raises(TransientError, match="no answer within 3 s"):
+        adapter.observe()
 
     assert adapter.observe().reachable
 
