@@ -154,6 +154,27 @@ def test_a_terminal_is_raw_while_attached_and_restored_after() -> None:
     os.close(follower)
 
 
+def test_an_enter_typed_while_the_console_connects_reaches_the_guest() -> None:
+    leader, follower = pty.openpty()
+    os.write(leader, b"\r")  # typed before the session: the terminal is still cooked
+    time.sleep(0.1)
+    console = FakeConsole()
+
+    def escape_when_raw() -> None:
+        deadline = time.monotonic() + 10
+        while termios.tcgetattr(follower)[3] & termios.ICANON and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the session reads what was waiting first
+        os.write(leader, b"\x1d")
+
+    threading.Thread(target=escape_when_raw, daemon=True).start()
+    ended = session(console, stdin=follower, stdout=follower)
+    assert ended == "escape"
+    assert bytes(console.written) == b"\n"  # the cooked terminal made the Enter a newline
+    os.close(leader)
+    os.close(follower)
+
+
 def test_raw_mode_leaves_a_pipe_alone() -> None:
     read_end, write_end = os.pipe()
     with raw_mode(read_end):

@@ -194,12 +194,16 @@ def session(console: ConsoleStream, *, stdin: int, stdout: int, escape: bytes = 
 @contextlib.contextmanager
 def raw_mode(fd: int) -> Iterator[None]:
     """The terminal at ``fd`` in raw mode for the block, restored after it (a no-op for a
-    pipe or a file)."""
+    pipe or a file).
+
+    Raw from now on, keeping what was typed before (tty.setraw's default, TCSAFLUSH,
+    would discard it): the Enter an operator presses while the command still connects
+    (seconds on a loaded host) is the one that wakes the login prompt."""
     if not os.isatty(fd):
         yield
         return
     saved = termios.tcgetattr(fd)
-    tty.setraw(fd)
+    tty.setraw(fd, termios.TCSANOW)
     try:
         yield
     finally:

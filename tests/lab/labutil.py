@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import threading
@@ -71,13 +74,22 @@ def git(repo: Path, *args: str) -> str:
 # --- what guests run ---------------------------------------------------------------------
 
 
-def squid_user_data(name: str, *, tag: str = "v1") -> str:
+SERIAL_GETTY = "  - [systemctl, start, --no-block, serial-getty@ttyS0.service]\n"
+"""A runcmd line for a guest whose serial console a test logs in to. On a slow boot (TCG on a
+loaded machine) udev announces /dev/ttyS0 more than systemd's 90 s device timeout after
+systemd starts waiting for it: "Timed out waiting for device dev-ttyS0.device", "Dependency
+failed for serial-getty@ttyS0.service", and nothing starts the getty later, so the console
+stays silent for good. By runcmd the device is there (or its new job waits for it)."""
+
+
+def squid_user_data(name: str, *, tag: str = "v1", serial_getty: bool = False) -> str:
     """A cloud-config shaped like examples/fleet-repo's: it installs, configures, enables and
     starts squid itself (the lab image ships squid off). ``packages`` cannot reach a mirror in
     the lab and fails; cloud-init still runs runcmd. ``visible_hostname``, and so every
     response's Via header, reads ``NAME-TAG-was-ACTIVE-ENABLED``: which user-data the serving
     squid runs, and squid's state just before runcmd started it (the image ships it
-    ``inactive`` and ``disabled``, see ``SQUID_BEFORE``)."""
+    ``inactive`` and ``disabled``, see ``SQUID_BEFORE``). ``serial_getty`` adds
+    ``SERIAL_GETTY``."""
     return (
         "#cloud-config\n"
         "package_update: true\n"
@@ -100,7 +112,7 @@ def squid_user_data(name: str, *, tag: str = "v1") -> str:
         "  - 'sed -i \"s/^visible_hostname .*/&-was-$(systemctl is-active squid)-"
         "$(systemctl is-enabled squid)/\" /etc/squid/squid.conf'\n"
         "  - [systemctl, enable, squid]\n"
-        "  - [systemctl, restart, squid]\n"
+        "  - [systemctl, restart, squid]\n" + (SERIAL_GETTY if serial_getty else "")
     )
 
 
@@ -276,6 +288,93 @@ def start_apply(
 def apply(lab: dict[str, Any], repo: Path, log_file: Path) -> Applied:
     proc, started = start_apply(lab, repo, log_file)
     return finish_apply(proc, started, log_file)
+
+
+# --- proxyfleet console -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsoleRun:
+    """One ``proxyfleet console`` session driven as an operator's terminal would."""
+
+    connected: float
+    """Seconds from the command's start to its ``Connected to ...`` line."""
+    prompt: float
+    """Seconds from the command's start to the guest's ``NAME login:``."""
+    code: int | None
+    """The exit code after Ctrl-] (None: still running 60 s later, then killed)."""
+    text: str
+    """Everything the terminal showed."""
+    second: subprocess.CompletedProcess[str]
+    """A second ``console`` of the same proxy started while this one was attached."""
+
+
+def console_command(lab: dict[str, Any], repo: Path, proxy: str) -> list[str]:
+    return [
+        *(sys.executable, "-m", "reconciler", "console", proxy, "--repo", str(repo)),
+        *("--ssh-key", lab["sshKey"], "--known-hosts", lab["knownHosts"]),
+    ]
+
+
+def console_login(
+    lab: dict[str, Any], repo: Path, proxy: str, *, timeout: float = 300
+) -> ConsoleRun:
+    """``proxyfleet console PROXY`` with stdin, stdout and stderr on a pty: Enter every 5 s
+    from its ``Connected`` line until the guest's getty prints ``PROXY login:`` (fails the
+    test after ``timeout`` s, the output so far in the message); then a second console of the
+    same proxy, without --force, on no terminal; then Ctrl-]."""
+    leader, follower = pty.openpty()
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        console_command(lab, repo, proxy),
+        cwd=ROOT,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = bytearray()
+    connected = 0.0
+    prompt = re.compile(rb"\b" + re.escape(proxy.encode()) + rb" login: ")
+    try:
+        nudged = 0.0
+        while not prompt.search(seen):
+            assert proc.poll() is None, seen.decode(errors="replace")
+            assert time.monotonic() - started < timeout, (
+                f"no login prompt {timeout:.0f} s after the command started; the terminal "
+                f"showed:\n{seen.decode(errors='replace')}"
+            )
+            if not connected and b"escape character is ^]" in seen:
+                connected = time.monotonic() - started
+            if connected and time.monotonic() - nudged > 5:
+                os.write(leader, b"\r")
+                nudged = time.monotonic()
+            if select.select([leader], [], [], 0.2)[0]:
+                seen += os.read(leader, 65536)
+        at_prompt = time.monotonic() - started
+        second = subprocess.run(
+            console_command(lab, repo, proxy),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        os.write(leader, b"\x1d")
+        try:
+            code: int | None = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code = None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):  # EIO once the command closed its end
+            while select.select([leader], [], [], 0.2)[0] and (chunk := os.read(leader, 65536)):
+                seen += chunk
+        os.close(leader)
+    return ConsoleRun(connected, at_prompt, code, seen.decode(errors="replace"), second)
 
 
 class Sampler:

@@ -12,6 +12,9 @@ Scenarios, in file order, sharing one apply and two guests:
    missing socket (sshd's "Connect failed", told apart as "libvirt's socket ... is
    missing"), then started: the apply goes on over streamlocal (no "refuses unix socket
    forwarding", no virt-ssh-helper), r-big serves, ``hosts check`` says ``via streamlocal``.
+4. ``proxyfleet console r-big`` in a pty: Enter brings the guest's serial getty (``r-big
+   login:``), a second console without --force is refused, Ctrl-] detaches with exit 0
+   (issue 16).
 2. A's pool filled from the host side, a guest write through the guest agent: QEMU pauses
    r-full (``paused (I/O error)``); apply reports the reason and the pool's free space and
    leaves it paused; the filler removed, the next apply resumes it and it serves again.
@@ -33,6 +36,7 @@ from labutil import (
     ROOT,
     Applied,
     apply,
+    console_login,
     daemon_pid,
     finish_apply,
     git,
@@ -69,7 +73,9 @@ class Fleet:
         self.restarted_at = 0.0
 
     def put(self, name: str, machine: str, *, pin: str = "") -> None:
-        user_data = "".join(f"      {line}\n" for line in squid_user_data(name).split("\n"))
+        # serial_getty: scenario 4 logs in to r-big's serial console (labutil.SERIAL_GETTY).
+        text = squid_user_data(name, serial_getty=True)
+        user_data = "".join(f"      {line}\n" for line in text.split("\n"))
         (self.repo / "proxies" / f"{name}.yaml").write_text(
             "apiVersion: proxyfleet/v1\nkind: Proxy\n"
             f"metadata:\n  name: {name}\n"
@@ -271,6 +277,22 @@ def test_a_libvirtd_restart_keeps_streamlocal(fleet: Fleet) -> None:
     reports = {r["host"]: r for r in json.loads(check.stdout)}
     ssh = next(i for i in reports[fleet.roomy]["items"] if i["name"] == "ssh")
     assert ssh["ok"] and ssh["detail"].endswith("via streamlocal"), ssh
+
+
+def test_console_attaches_a_terminal_to_the_vms_serial_getty_and_ctrl_bracket_detaches(
+    fleet: Fleet,
+) -> None:
+    """Issue 16: ``proxyfleet console`` on r-big (on B, serving since scenario 1, so its
+    runcmd has started the serial getty), in a pty as an operator's terminal: Enter brings
+    the getty's prompt, which names the proxy (its hostname); a second console is refused
+    while this one is attached; Ctrl-] ends the session with exit 0."""
+    run = console_login(fleet.lab, fleet.repo, "r-big", timeout=300)
+    print(f"console: connected {run.connected:.1f} s, login prompt {run.prompt:.1f} s after start")
+    assert re.search(r"Connected to pf-res-r-big-[0-9a-f]{8} on " + fleet.roomy, run.text), run.text
+    assert run.code == 0, run.text
+    assert "Disconnected from pf-res-r-big-" in run.text and "(escape)" in run.text, run.text
+    assert run.second.returncode == 1, run.second
+    assert "Active console session exists" in run.second.stderr, run.second.stderr
 
 
 def test_a_vm_paused_by_a_full_pool_is_reported_then_resumed_and_healthy(fleet: Fleet) -> None:
