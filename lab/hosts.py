@@ -349,13 +349,19 @@ def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
     ]
 
 
+def _is(proc: Proc, name: str) -> bool:
+    """Whether ``proc`` is the lab daemon ``name``: ``python`` is the probe server (its
+    executable is python3.N), and ``dnsmasq`` the lab's own on br0, not libvirt's for
+    ``labnet``."""
+    if name == "python":
+        return "lab.servers probe" in proc.cmdline
+    if name == "dnsmasq":
+        return proc.name == name and "lab-dnsmasq.pid" in proc.cmdline
+    return proc.name == name
+
+
 def _running(host: HostLayout, name: str) -> Proc | None:
-    for proc in processes_in_netns(host.netns):
-        if name == "python" and "lab.servers probe" in proc.cmdline:
-            return proc
-        if name != "python" and proc.name == name:
-            return proc
-    return None
+    return next((p for p in processes_in_netns(host.netns) if _is(p, name)), None)
 
 
 def start_daemon(host: HostLayout, name: str) -> None:
@@ -419,12 +425,7 @@ def _ready(host: HostLayout, name: str) -> bool:
 def stop_daemon(host: HostLayout, name: str, *, timeout: float = 10) -> None:
     """Stop one daemon of the host (SIGTERM, then SIGKILL) and wait until it is gone.
     ``python`` is the probe server (its executable's name is python3.N)."""
-    victims = [
-        p
-        for p in processes_in_netns(host.netns)
-        if (name == "python" and "lab.servers probe" in p.cmdline)
-        or (name != "python" and p.name == name)
-    ]
+    victims = [p for p in processes_in_netns(host.netns) if _is(p, name)]
     _terminate([p.pid for p in victims], timeout=timeout)
 
 

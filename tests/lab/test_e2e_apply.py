@@ -201,6 +201,20 @@ def agent_ip(host: str, domain: str) -> str:
     return ""
 
 
+def guest_ip(host: str, domain: str) -> str:
+    """The guest's IPv4 from its agent, else from libvirt's DHCP lease (a guest on a libvirt
+    network without agent); "" while neither knows one."""
+    found = agent_ip(host, domain)
+    if found:
+        return found
+    try:
+        out = virsh(host, "domifaddr", domain, "--source", "lease")
+    except LabError:
+        return ""
+    ips = [f.split("/")[0] for line in out.splitlines() for f in line.split()[-1:] if "/" in f]
+    return ips[0] if ips else ""
+
+
 def settle(fl: Fleet, applied: Applied, fresh: list[str]) -> Applied:
     """Every action of ``applied`` succeeded and the proxies it created serve; the apply that
     says Ready (``applied`` itself, or the next one).
@@ -220,7 +234,7 @@ def settle(fl: Fleet, applied: Applied, fresh: list[str]) -> Applied:
             assert entry["state"] == "running", entry
             deadline = time.monotonic() + 900  # TCG boots on a machine shared with other labs
             while True:
-                ip = entry["ip"] or agent_ip(entry["host"], entry["domain"])
+                ip = entry["ip"] or guest_ip(entry["host"], entry["domain"])
                 if ip and probe_through(ip, fl.lab["probeUrl"]).status == 204:
                     break
                 assert time.monotonic() < deadline, f"{entry['name']} never served"

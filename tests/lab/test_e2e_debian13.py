@@ -6,25 +6,28 @@ runs libvirtd, virtlogd, sshd, dnsmasq and the probe server from the cached trix
 (``lab/hostroot.py``, entered with pivot_root), installed as docs/hosts.md says, without
 Recommends (so without libvirt's interface driver). The fleet has both: B on its bridge
 ``br0``, A on its libvirt network ``labnet`` (forward mode open, DHCP by libvirt's own
-dnsmasq, made by ``lab up``). Two proxies are pinned to B, two to A, and they share their
-guests across the scenarios, in file order:
+dnsmasq, made by ``lab up``). Two proxies are pinned to B, one to A, and they share their
+guests across the scenarios, in file order (the agentoff image is ``lab/imagevariant.py``'s:
+qemu-guest-agent installed, started by nothing):
 
 1. ``hosts check`` (KVM probe included) on both: each host's libvirt and QEMU versions
    printed and asserted (9.x / 7.x on A, 11.x / 10.x on B); B's bridge found in
    /sys/class/net since libvirt there has no interface driver; A's network active; the probe
    decided on both.
-2. One apply creates a UEFI and a BIOS proxy on B and two BIOS proxies of the ``agentoff``
-   image (qemu-guest-agent installed, started by nothing: ``lab/imagevariant.py``) on A; all
-   four serve the lab's 204 through the squid their userData starts; NVRAM only for UEFI; a
-   second apply makes no mutating call.
-3. ``n-lease`` (``installGuestAgent: false``): no agent answers in its guest, which is what
-   the variant image is without proxyfleet's vendor-data; its address came from libvirt's
-   DHCP lease on ``labnet`` (apply's log names the source) and its squid serves.
-4. ``n-vendor`` (``installGuestAgent`` left true, plus a vendor-data script of its own):
-   proxyfleet's vendor-data script started the agent, which reports the proxy's address,
-   and the user's script ran too (its marker file read through the agent).
-5. A changed userData replaces the UEFI VM on B: the new one defined, started and found
-   healthy before the old one is destroyed and undefined (NVRAM with it); Via says v2.
+2. One apply creates a UEFI and a BIOS proxy on B and ``n-lease``, a BIOS proxy of the
+   agentoff image with ``installGuestAgent: false``, on A; all three serve the lab's 204
+   through the squid their userData starts; NVRAM only for UEFI; a second apply makes no
+   mutating call.
+3. ``n-lease``: no agent answers in its guest (so the agentoff image starts none by
+   itself); its address came from libvirt's DHCP lease on ``labnet`` (apply's log names the
+   source) and its squid serves.
+4. A changed spec replaces the UEFI VM on B: userData v2, the agentoff image, and a
+   vendor-data script of the proxy's own. The new one is defined, started and found healthy
+   before the old one is destroyed and undefined (NVRAM with it); Via says v2. The
+   replacement is the guest of scenario 5, so the agent case costs no boot of its own.
+5. In that replacement proxyfleet's vendor-data script (``installGuestAgent`` left true)
+   started the agent, which reports the proxy's address, and the user's script ran too (its
+   marker file read through the agent).
 6. Every manifest removed: every VM, overlay, seed and NVRAM file of the fleet gone.
 """
 
@@ -59,18 +62,15 @@ from lab.hosts import LabError
 LAB_HOSTS = 2
 LAB_DEBIAN13 = 1
 UEFI, BIOS = "debian12", "debian12-bios"
-AGENTOFF = "debian12-agentoff-bios"
+AGENTOFF, AGENTOFF_UEFI = "debian12-agentoff-bios", "debian12-agentoff"
 FIRST = {"n-uefi": UEFI, "n-bios": BIOS}
-ON_LABNET = ("n-lease", "n-vendor")
 MARKER = "/var/lib/pf-lab-user-vendor-data"
-USER_VENDOR_DATA = (
-    f"#!/bin/sh\n# the proxy's own vendor-data\necho n-vendor-user-vendor-data > {MARKER}\n"
-)
+VENDOR = f"#!/bin/sh\n# the proxy's own vendor-data\necho n-uefi-user-vendor-data > {MARKER}\n"
 STARTED = time.monotonic()
 
 
 class MixedFleet(Fleet):
-    """test_e2e_apply's fleet helpers, for fleet ``d13`` whose proxies all live on B."""
+    """test_e2e_apply's fleet helpers, for fleet ``d13`` whose proxies are pinned to A or B."""
 
     def where(self, proxy: str) -> tuple[str, str]:
         found = [
@@ -120,7 +120,11 @@ class MixedFleet(Fleet):
         return next(h["name"] for h in self.lab["hosts"] if h["kind"] == "debian12")
 
     created: Applied
-    """The apply that says the first four proxies serve (scenario 2)."""
+    """The apply that created the first three proxies (scenario 2)."""
+    serving: Applied
+    """The apply that found them serving (``created``, or the next one)."""
+    replaced: Applied
+    """The apply of scenario 4's replace."""
 
 
 @pytest.fixture(scope="module")
@@ -149,20 +153,20 @@ def fleet(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Mixe
         fl.put(name, fl.zones[fl.debian13], image, pin=fl.debian13)
     a = fl.debian12
     fl.put("n-lease", fl.zones[a], AGENTOFF, pin=a, agent=False, mask_agent=False)
-    fl.put("n-vendor", fl.zones[a], AGENTOFF, pin=a, vendor_data=USER_VENDOR_DATA)
     git(repo, "init", "-q", "-b", "main")
-    fl.commit("two proxies on the Debian 13 host, two agentoff proxies on labnet")
+    fl.commit("two proxies on the Debian 13 host, one agentoff proxy without agent on labnet")
     return fl
 
 
-def boot_times(applied: Applied, domain: str) -> str:
-    """From virDomainCreate to the first address and to apply's end, as apply's log says."""
+def boot_times(applied: Applied, domain: str, *, then: Applied | None = None) -> str:
+    """From virDomainCreate to the first address (in ``applied``'s log, else in the log of
+    ``then``, the apply after it) and to the end of ``applied``, as the logs say."""
     started = applied.first(rf"rpc=virDomainCreate host=\S+ domain={domain} {OK}")
-    address = applied.first(rf"address of {domain} from the \w+ source")
-    ended = applied.events()[-1][0]
-    return (
-        f"address after {address - started:.0f} s, apply ended {ended - started:.0f} s after start"
-    )
+    pattern = rf"address of {domain} from "
+    logs = [a for a in (applied, then) if a is not None and re.search(pattern, a.log)]
+    address = f"{logs[0].first(pattern) - started:.0f} s" if logs else "never"
+    ended = applied.events()[-1][0] - started
+    return f"first address after {address}, the creating apply ended {ended:.0f} s after start"
 
 
 def agent_file(host: str, domain: str, path: str) -> str:
@@ -207,11 +211,11 @@ def test_hosts_check_reports_libvirt_and_qemu_of_each_host_and_the_debian13_host
     assert labnet["detail"] == "network 'labnet' active", labnet
 
 
-def test_uefi_and_bios_proxies_on_libvirt_11_and_two_agentoff_proxies_on_labnet_serve(
+def test_uefi_and_bios_proxies_on_libvirt_11_and_an_agentless_one_on_labnet_serve(
     fleet: MixedFleet,
 ) -> None:
     applied = fleet.apply()
-    everyone = [*FIRST, *ON_LABNET]
+    everyone = [*FIRST, "n-lease"]
     assert sorted(a["proxy"] for a in applied.actions("create")) == sorted(everyone)
     final = settle(fleet, applied, everyone)
     for name, image in FIRST.items():
@@ -220,15 +224,14 @@ def test_uefi_and_bios_proxies_on_libvirt_11_and_two_agentoff_proxies_on_labnet_
         has_nvram = any(f.startswith(entry["domain"]) for f in nvram_files(entry["host"]))
         assert has_nvram == (image == UEFI), (entry, nvram_files(entry["host"]))
     subnet = next(h["networkSubnet"] for h in fleet.lab["hosts"] if h["kind"] == "debian12")
-    for name in ON_LABNET:
-        entry = final.proxies()[name]
-        assert entry["health"] == "healthy" and entry["host"] == fleet.debian12, entry
-        assert entry["ip"].startswith(subnet.rsplit(".", 1)[0] + "."), (entry, subnet)
-        probe = probe_through(entry["ip"], fleet.lab["probeUrl"])
-        assert probe.status == 204 and f"{name}-v1-{SQUID_BEFORE}" in probe.via, (entry, probe)
+    entry = final.proxies()["n-lease"]
+    assert entry["health"] == "healthy" and entry["host"] == fleet.debian12, entry
+    assert entry["ip"].startswith(subnet.rsplit(".", 1)[0] + "."), (entry, subnet)
+    probe = probe_through(entry["ip"], fleet.lab["probeUrl"])
+    assert probe.status == 204 and f"n-lease-v1-{SQUID_BEFORE}" in probe.via, (entry, probe)
     for name in everyone:
-        print(f"{name}: {boot_times(applied, final.proxies()[name]['domain'])}")
-    fleet.created = applied
+        print(f"{name}: {boot_times(applied, final.proxies()[name]['domain'], then=final)}")
+    fleet.created, fleet.serving = applied, final
     again = fleet.apply()
     assert {a["action"] for a in again.result["plan"]["actions"]} == {"keep"}
     assert again.mutating_calls() == [] and again.code == 0, again.result["problems"]
@@ -238,7 +241,7 @@ def test_a_guest_without_agent_on_a_libvirt_network_is_found_by_its_dhcp_lease(
     fleet: MixedFleet,
 ) -> None:
     host, domain = fleet.where("n-lease")
-    ip = fleet.created.proxies()["n-lease"]["ip"]
+    ip = fleet.serving.proxies()["n-lease"]["ip"]
     # Nothing in the agentoff image starts the agent: its channel never connects.
     with pytest.raises(LabError, match="guest agent is not connected"):
         virsh(host, "domifaddr", domain, "--source", "agent")
@@ -247,29 +250,17 @@ def test_a_guest_without_agent_on_a_libvirt_network_is_found_by_its_dhcp_lease(
     leases = virsh(host, "net-dhcp-leases", lab_config.LIBVIRT_NETWORK, "--mac", mac)
     assert f"{ip}/24" in leases, leases
     # apply found it there (ARP is asked only when the lease names nothing)
-    sources = re.findall(rf"address of {domain} from (.+?): ", fleet.created.log)
+    log = fleet.serving.log
+    sources = re.findall(rf"address of {domain} from (.+?): ", log)
     assert sources and sources[-1] == "the lease source", sources
-    assert f"address of {domain} from the lease source: {ip}" in fleet.created.log
+    assert f"address of {domain} from the lease source: {ip}" in log
     assert probe_through(ip, fleet.lab["probeUrl"]).status == 204
 
 
-def test_proxyfleets_vendor_data_starts_the_agent_of_the_agentoff_image_and_the_users_runs(
-    fleet: MixedFleet,
-) -> None:
-    started = time.monotonic()
-    host, domain = fleet.where("n-vendor")
-    ip = fleet.created.proxies()["n-vendor"]["ip"]
-    assert agent_ip(host, domain) == ip
-    assert agent_file(host, domain, MARKER) == "n-vendor-user-vendor-data\n"
-    print(f"agent and marker checked in {time.monotonic() - started:.1f} s")
-
-
-def test_a_changed_user_data_replaces_the_vm_on_libvirt_11_new_one_first(
-    fleet: MixedFleet,
-) -> None:
+def test_a_changed_spec_replaces_the_vm_on_libvirt_11_new_one_first(fleet: MixedFleet) -> None:
     host, old = fleet.where("n-uefi")
-    fleet.put("n-uefi", fleet.zones[host], UEFI, tag="v2", pin=host)
-    fleet.commit("n-uefi: new squid config")
+    fleet.put("n-uefi", fleet.zones[host], AGENTOFF_UEFI, tag="v2", pin=host, vendor_data=VENDOR)
+    fleet.commit("n-uefi: new squid config, the agentoff image, a vendor-data of its own")
     applied = fleet.apply()
     (replace,) = applied.actions("replace")
     new = replace["domain"]
@@ -287,6 +278,19 @@ def test_a_changed_user_data_replaces_the_vm_on_libvirt_11_new_one_first(
     assert old not in names and new in names
     assert not files_of(old) & pool_files(host), pool_files(host)
     assert not any(f.startswith(old) for f in nvram_files(host)), nvram_files(host)
+    print(f"replace: {boot_times(applied, new)}")
+    fleet.replaced = applied
+
+
+def test_proxyfleets_vendor_data_started_the_agent_of_the_agentoff_image_and_the_users_ran(
+    fleet: MixedFleet,
+) -> None:
+    started = time.monotonic()
+    host, domain = fleet.where("n-uefi")
+    ip = fleet.replaced.proxies()["n-uefi"]["ip"]
+    assert agent_ip(host, domain) == ip
+    assert agent_file(host, domain, MARKER) == "n-uefi-user-vendor-data\n"
+    print(f"agent address and marker checked in {time.monotonic() - started:.1f} s")
 
 
 def test_removed_manifests_delete_every_vm_overlay_seed_and_nvram(fleet: MixedFleet) -> None:
@@ -294,8 +298,8 @@ def test_removed_manifests_delete_every_vm_overlay_seed_and_nvram(fleet: MixedFl
         host: [d for d in virsh(host, "list", "--all", "--name").split() if d.startswith("pf-d13-")]
         for host in fleet.hosts
     }
-    assert len(doms[fleet.debian13]) == 2 and len(doms[fleet.debian12]) == 2, doms
-    for name in [*FIRST, *ON_LABNET]:
+    assert len(doms[fleet.debian13]) == 2 and len(doms[fleet.debian12]) == 1, doms
+    for name in [*FIRST, "n-lease"]:
         (fleet.repo / "proxies" / f"{name}.yaml").unlink()
     # Removing every proxy is a 100 % shrink: the guard stalls it unless acknowledged.
     fleet_yaml = fleet.repo / "fleet.yaml"
