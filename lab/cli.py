@@ -116,8 +116,8 @@ def write_outputs(layouts: list[HostLayout]) -> None:
     if image is not None:
         files = [(image, "debian12")] + ([(variant, "debian12-agentoff")] if variant else [])
         config.IMAGES_YAML.write_text(
-            "# spec.images for fleet.yaml: each image file booted by either firmware;\n"
-            "# agentoff: qemu-guest-agent installed but not started (lab/imagevariant.py)\n"
+            "# spec.images for fleet.yaml: each file booted by either firmware (agentoff: "
+            "qemu-guest-agent not started, lab/imagevariant.py)\n"
             "images:\n"
             + "".join(
                 f"  {key}{suffix}:\n    url: {image_url(img)}\n    sha256: {img.sha256}\n"
