@@ -261,13 +261,17 @@ def main() -> int:
         def kcli() -> float:
             out = run(kcli_create_cmd(lab, args.count), env=env)
             if out.returncode != 0:
-                raise SystemExit(f"kcli create failed ({out.returncode}):\n{out.stdout}")
+                raise SystemExit(
+                    f"kcli create failed ({out.returncode}):\n{out.stdout}{out.stderr}"
+                )
             pause_all(conn, theirs, args.count)
             started = time.perf_counter()
             out = run(delete_cmd, env=env)
             seconds = time.perf_counter() - started
             if out.returncode != 0:
-                raise SystemExit(f"kcli delete failed ({out.returncode}):\n{out.stdout}")
+                raise SystemExit(
+                    f"kcli delete failed ({out.returncode}):\n{out.stdout}{out.stderr}"
+                )
             nothing_left(theirs, "kcli delete vm")
             return seconds
 
