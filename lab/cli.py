@@ -7,7 +7,8 @@ up [--hosts N] [--debian13 K] [--light]
                       probe), for benchmarks of many hosts that start no guest
 down [--keep-state]   remove every namespace, process, mount, link and route of the lab
 status                show what of the lab exists
-image [--force]       build the guest image unless the cache holds it for this recipe
+image [--force]       build the guest image unless the cache holds it for this recipe, and
+                      derive its agentoff variant (qemu-guest-agent not started) from it
 daemon ACTION NAME --host N   stop/start/restart sshd, libvirtd, ... or the probe on one host
 """
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from lab import boottest as lab_boottest
-from lab import config, hostroot, hosts, imagebuild
+from lab import config, hostroot, hosts, imagebuild, imagevariant
 from lab.config import HostLayout
 
 
@@ -111,14 +112,18 @@ def write_outputs(layouts: list[HostLayout]) -> None:
         ]
     config.HOSTS_YAML.write_text("\n".join(lines) + "\n")
     image = imagebuild.cached(config.IMAGES_DIR)
+    variant = None if image is None else imagevariant.cached(config.IMAGES_DIR, image)
     if image is not None:
+        files = [(image, "debian12")] + ([(variant, "debian12-agentoff")] if variant else [])
         config.IMAGES_YAML.write_text(
-            "# spec.images for fleet.yaml: one image file, booted by either firmware\n"
+            "# spec.images for fleet.yaml: each file booted by either firmware (agentoff: "
+            "qemu-guest-agent not started, lab/imagevariant.py)\n"
             "images:\n"
             + "".join(
-                f"  {key}:\n    url: {image_url(image)}\n    sha256: {image.sha256}\n"
+                f"  {key}{suffix}:\n    url: {image_url(img)}\n    sha256: {img.sha256}\n"
                 f"    format: qcow2\n    firmware: {fw}\n"
-                for key, fw in (("debian12", "uefi"), ("debian12-bios", "bios"))
+                for img, key in files
+                for suffix, fw in (("", "uefi"), ("-bios", "bios"))
             )
         )
     lab = {
@@ -131,6 +136,8 @@ def write_outputs(layouts: list[HostLayout]) -> None:
                 "zone": h.zone,
                 "bridge": "br0",
                 "guestSubnet": h.guest_subnet,
+                "network": config.LIBVIRT_NETWORK,
+                "networkSubnet": h.network_subnet,
                 "netns": h.netns,
                 "kind": hosts.host_kind(h),
             }
@@ -143,6 +150,9 @@ def write_outputs(layouts: list[HostLayout]) -> None:
         "image": None
         if image is None
         else {"url": image_url(image), "sha256": image.sha256, "path": str(image.path)},
+        "agentoffImage": None
+        if variant is None
+        else {"url": image_url(variant), "sha256": variant.sha256, "path": str(variant.path)},
     }
     config.LAB_JSON.write_text(json.dumps(lab, indent=2) + "\n")
 
@@ -242,6 +252,9 @@ def image(*, force: bool) -> imagebuild.Image:
     img = imagebuild.build(config.IMAGES_DIR, force=force, log=config.IMAGES_DIR / "build.log")
     how = f"built in {img.seconds:.0f}s" if img.built else "cached"
     _log(f"image {img.path} ({how})\nsha256 {img.sha256}\nurl {image_url(img)}")
+    variant = imagevariant.build(config.IMAGES_DIR, img, log=config.IMAGES_DIR / "build.log")
+    how = f"derived in {variant.seconds:.0f}s" if variant.built else "cached"
+    _log(f"agentoff variant {variant.path} ({how})\nsha256 {variant.sha256}")
     if config.LAB_JSON.exists():
         names = [h["name"] for h in json.loads(config.LAB_JSON.read_text())["hosts"]]
         layouts = [HostLayout.from_name(n) for n in names]

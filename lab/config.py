@@ -1,9 +1,10 @@
 """Where the lab keeps its state and how it numbers its hosts and networks.
 
 Every address the lab uses lies in 10.77.0.0/16 (host uplinks), 10.78.0.0/16 (guest
-bridges) and 10.79.0.1 (the probe address every host namespace answers on); these ranges
-exist only inside this machine: the root namespace routes each guest subnet to its host's
-veth, and the host namespaces have no default route, so nothing a guest sends leaves the lab.
+bridges), 10.80.0.0/16 (each host's libvirt network ``labnet``) and 10.79.0.1 (the probe
+address every host namespace answers on); these ranges exist only inside this machine: the
+root namespace routes each guest subnet to its host's veth, and the host namespaces have no
+default route, so nothing a guest sends leaves the lab.
 The probe listens on port 80 because squid configs commonly allow only ports 80 and 443.
 """
 
@@ -40,6 +41,9 @@ PROBE_ADDRESS = "10.79.0.1"
 PROBE_PORT = 80
 PROBE_URL = f"http://{PROBE_ADDRESS}/generate_204"
 NETNS_PREFIX = "pfhost"
+LIBVIRT_NETWORK = "labnet"
+"""The libvirt network (forward mode ``open``, DHCP by libvirt's own dnsmasq) on every host
+that is not ``--light``: ``network: {network: labnet}`` in a fleet's host entry."""
 MAX_HOSTS = 10
 
 
@@ -96,6 +100,20 @@ class HostLayout:
     @property
     def dhcp_range(self) -> tuple[str, str]:
         return f"10.78.{self.g}.10", f"10.78.{self.g}.250"
+
+    @property
+    def network_subnet(self) -> str:
+        """The subnet of the host's libvirt network ``labnet``."""
+        return f"10.80.{self.g}.0/24"
+
+    @property
+    def network_address(self) -> str:
+        """The host's address on ``labnet`` (its bridge ``labnet0``), the guests' gateway."""
+        return f"10.80.{self.g}.1"
+
+    @property
+    def network_dhcp_range(self) -> tuple[str, str]:
+        return f"10.80.{self.g}.10", f"10.80.{self.g}.250"
 
     @property
     def zone(self) -> str:

@@ -1,9 +1,10 @@
 """``make demo``: the example fleet, for real, on the lab.
 
-Brings up the lab (one host per host of the example), builds or reuses the guest image,
-renders a copy of ``examples/fleet-repo`` that points at the lab into a local git repo, shows
-``proxyfleet plan``, runs ``proxyfleet apply``, then lists every proxy with host, IP and
-health and says how to look further and how to tear down.
+Brings up a mixed lab (one host per host of the example; the last, the office host, runs
+Debian 13's libvirt 11 and QEMU 10, the others Debian 12's libvirt 9 and QEMU 7), builds or
+reuses the guest image, renders a copy of ``examples/fleet-repo`` that points at the lab
+into a local git repo, shows ``proxyfleet plan``, runs ``proxyfleet apply``, then lists
+every proxy with host, IP and health and says how to look further and how to tear down.
 
 The rendering changes only what the lab must: each image's URL and sha256 (the lab image,
 which boots by either firmware, so each key keeps its own ``firmware``), the hosts (one lab
@@ -175,8 +176,12 @@ def main() -> int:
         return 1
     started = time.monotonic()
     example_hosts = len(_yaml().load(EXAMPLE / "fleet.yaml")["spec"]["hosts"])
-    print(f"== lab up ({example_hosts} hosts, one per host of the example fleet)", flush=True)
-    cli.up(example_hosts)
+    print(
+        f"== lab up ({example_hosts} hosts, one per host of the example fleet; the last a "
+        "Debian 13 host: libvirt 11, QEMU 10)",
+        flush=True,
+    )
+    cli.up(example_hosts, debian13=1)
     print("\n== guest image", flush=True)
     cli.image(force=False)
     lab = json.loads(config.LAB_JSON.read_text())

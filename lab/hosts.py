@@ -9,6 +9,9 @@ Host ``pfhostN`` is a network namespace of that name joined to the root namespac
 for its guests with dnsmasq for DHCP, and a private mount namespace held by ``holder.sh``
 in which /run, /etc/libvirt, /var/lib/libvirt, /var/log/libvirt and /var/cache/libvirt are
 the host's own. virtlogd, libvirtd, sshd, dnsmasq and the 204 probe server run there.
+Beside ``br0``, libvirt itself runs a network ``labnet`` (bridge ``labnet0``, 10.80.N.1/24,
+forward mode ``open`` so libvirt writes no firewall rule, DHCP by libvirt's own dnsmasq,
+whose leases libvirt reports); the root namespace routes 10.80.N.0/24 to the host's veth.
 Every step is idempotent: ``up`` repairs what is missing and leaves what runs alone.
 """
 
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,7 +173,8 @@ def ensure_network(host: HostLayout) -> None:
     run("ip", "-n", ns, "link", "set", "br0", "up")
     run("ip", "-n", ns, "addr", "replace", f"{config.PROBE_ADDRESS}/32", "dev", "lo")
     run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-    run("ip", "route", "replace", host.guest_subnet, "via", host.address, "dev", host.veth_root)
+    for subnet in (host.guest_subnet, host.network_subnet):
+        run("ip", "route", "replace", subnet, "via", host.address, "dev", host.veth_root)
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -343,13 +349,19 @@ def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
     ]
 
 
+def _is(proc: Proc, name: str) -> bool:
+    """Whether ``proc`` is the lab daemon ``name``: ``python`` is the probe server (its
+    executable is python3.N), and ``dnsmasq`` the lab's own on br0, not libvirt's for
+    ``labnet``."""
+    if name == "python":
+        return "lab.servers probe" in proc.cmdline
+    if name == "dnsmasq":
+        return proc.name == name and "lab-dnsmasq.pid" in proc.cmdline
+    return proc.name == name
+
+
 def _running(host: HostLayout, name: str) -> Proc | None:
-    for proc in processes_in_netns(host.netns):
-        if name == "python" and "lab.servers probe" in proc.cmdline:
-            return proc
-        if name != "python" and proc.name == name:
-            return proc
-    return None
+    return next((p for p in processes_in_netns(host.netns) if _is(p, name)), None)
 
 
 def start_daemon(host: HostLayout, name: str) -> None:
@@ -413,12 +425,7 @@ def _ready(host: HostLayout, name: str) -> bool:
 def stop_daemon(host: HostLayout, name: str, *, timeout: float = 10) -> None:
     """Stop one daemon of the host (SIGTERM, then SIGKILL) and wait until it is gone.
     ``python`` is the probe server (its executable's name is python3.N)."""
-    victims = [
-        p
-        for p in processes_in_netns(host.netns)
-        if (name == "python" and "lab.servers probe" in p.cmdline)
-        or (name != "python" and p.name == name)
-    ]
+    victims = [p for p in processes_in_netns(host.netns) if _is(p, name)]
     _terminate([p.pid for p in victims], timeout=timeout)
 
 
@@ -462,6 +469,36 @@ def ensure_pool(host: HostLayout) -> None:
         in_host(host, *virsh, "pool-start", "default")
 
 
+def network_xml(host: HostLayout) -> str:
+    """``labnet``: forward mode ``open`` (routed by the host namespace as it is, no firewall
+    rule from libvirt), DHCP from libvirt's dnsmasq, no DNS."""
+    low, high = host.network_dhcp_range
+    net = ET.Element("network")
+    ET.SubElement(net, "name").text = config.LIBVIRT_NETWORK
+    ET.SubElement(net, "forward", mode="open")
+    ET.SubElement(net, "bridge", name=f"{config.LIBVIRT_NETWORK}0", stp="off", delay="0")
+    # No DNS: libvirt's dnsmasq would forward to the machine's resolvers, which a host
+    # namespace cannot reach (a guest's apt would wait on every lookup); like br0's.
+    ET.SubElement(net, "dns", enable="no")
+    ip = ET.SubElement(net, "ip", address=host.network_address, netmask="255.255.255.0")
+    ET.SubElement(ET.SubElement(ip, "dhcp"), "range", start=low, end=high)
+    return ET.tostring(net, encoding="unicode")
+
+
+def ensure_libvirt_network(host: HostLayout) -> None:
+    """Define, autostart and start ``labnet`` unless it already is."""
+    virsh = ("virsh", "-q", "-c", "qemu:///system")
+    name = config.LIBVIRT_NETWORK
+    if not host_ok(host, *virsh, "net-info", name):
+        xml = host.state / "labnet.xml"
+        xml.write_text(network_xml(host))
+        # The state dir is at its own path inside a debian13 host's root too.
+        in_host(host, *virsh, "net-define", str(xml))
+        in_host(host, *virsh, "net-autostart", name)
+    if not re.search(r"^Active:\s+yes", in_host(host, *virsh, "net-info", name), re.M):
+        in_host(host, *virsh, "net-start", name)
+
+
 # --- whole host ----------------------------------------------------------------------------
 
 
@@ -477,8 +514,8 @@ def set_kind(host: HostLayout, kind: str, root: Path | None) -> None:
 
 
 LIGHT_DAEMONS = ("virtlogd", "libvirtd", "sshd")
-"""What a light host runs (``lab up --light``): libvirt and SSH, no DHCP and no probe, for
-benchmarks of many hosts that start no guest."""
+"""What a light host runs (``lab up --light``): libvirt and SSH, no DHCP, no probe and no
+``labnet``, for benchmarks of many hosts that start no guest."""
 
 
 def up_host(host: HostLayout, *, light: bool = False) -> None:
@@ -489,6 +526,8 @@ def up_host(host: HostLayout, *, light: bool = False) -> None:
         if not light or name in LIGHT_DAEMONS:
             start_daemon(host, name)
     ensure_pool(host)
+    if not light:
+        ensure_libvirt_network(host)
 
 
 def down_host(host: HostLayout, *, keep_state: bool = False) -> None:
@@ -502,7 +541,8 @@ def down_host(host: HostLayout, *, keep_state: bool = False) -> None:
         run("ip", "link", "del", host.veth_root, check=False)
     if link_exists(host.veth_root):
         raise LabError(f"{host.name}: link {host.veth_root} is still there")
-    run("ip", "route", "del", host.guest_subnet, check=False)
+    for subnet in (host.guest_subnet, host.network_subnet):
+        run("ip", "route", "del", subnet, check=False)
     if not keep_state:
         shutil.rmtree(host.state, ignore_errors=True)
 

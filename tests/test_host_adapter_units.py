@@ -6,12 +6,13 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import libvirt
 import paramiko
 import pytest
 
-from reconciler.adapters.hypervisor.addresses import usable_ipv4
+from reconciler.adapters.hypervisor.addresses import domain_addresses, usable_ipv4
 from reconciler.adapters.hypervisor.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
@@ -187,6 +188,53 @@ def test_addresses_keep_ipv4_only_without_loopback_or_link_local() -> None:
     }
 
     assert usable_ipv4(found) == ("192.168.122.10", "10.1.2.3")
+
+
+class AddressSession:
+    """Just enough of a LibvirtSession for domain_addresses: calls run at once."""
+
+    host = Host(name="kvm1", address="h", zone="z", network=HostNetwork("network", "lab"))
+
+    def call(self, rpc: str, fn: Any, **_ids: object) -> Any:
+        try:
+            return fn(None)
+        except libvirt.libvirtError as exc:
+            raise classify(exc, host="kvm1", rpc=rpc, link_alive=True) from exc
+
+    def trace(self, *_args: object, **_ids: object) -> None:
+        return None
+
+    def read_host_file(self, path: str, **_kw: object) -> str | None:
+        pytest.fail(f"{path} must not be read when libvirt gave an address")
+
+
+class AgentlessDomain:
+    """A running domain whose guest runs no agent and whose NIC has a libvirt DHCP lease."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def isActive(self) -> bool:
+        return True
+
+    def interfaceAddresses(self, source: int, _flags: int) -> dict[str, Any]:
+        self.asked.append(source)
+        if source == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT:
+            raise libvirt_error(libvirt.VIR_ERR_AGENT_UNRESPONSIVE)
+        ipv4 = libvirt.VIR_IP_ADDR_TYPE_IPV4
+        lease = source == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE
+        addr = "10.80.1.23" if lease else "10.80.1.99"
+        return {"vnet0": {"addrs": [{"type": ipv4, "addr": addr, "prefix": 24}]}}
+
+
+def test_without_an_agent_the_dhcp_lease_answers_before_arp_is_asked() -> None:
+    dom = AgentlessDomain()
+
+    assert domain_addresses(AddressSession(), dom, "pf-x") == ("10.80.1.23",)  # type: ignore[arg-type]
+    assert dom.asked == [
+        libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+        libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+    ]
 
 
 def test_a_marker_is_a_sha256sum_line_and_only_a_complete_one_counts() -> None:

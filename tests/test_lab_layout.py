@@ -1,6 +1,9 @@
-"""The lab's numbering: ten hosts per instance, none shared between instances; light hosts."""
+"""The lab's numbering: ten hosts per instance, none shared between instances; light hosts
+(no DHCP, no probe, no libvirt network)."""
 
 from __future__ import annotations
+
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -19,10 +22,15 @@ def test_every_instance_has_ten_hosts_whose_names_and_networks_no_other_instance
     seen: dict[str, int] = {}
     for instance in range(10):
         for layout in layouts_of(instance, monkeypatch):
-            for value in (layout.name, layout.address, layout.guest_subnet):
+            for value in (
+                layout.name,
+                layout.address,
+                layout.guest_subnet,
+                layout.network_subnet,
+            ):
                 assert seen.setdefault(value, instance) == instance, value
     assert config.MAX_HOSTS == 10
-    assert len(seen) == 10 * 10 * 3
+    assert len(seen) == 10 * 10 * 4
 
 
 def test_an_instance_claims_its_tenth_host_and_not_the_next_instances_first(
@@ -39,7 +47,7 @@ def test_an_instance_claims_its_tenth_host_and_not_the_next_instances_first(
     ("light", "started"),
     [
         (True, ["virtlogd", "libvirtd", "sshd"]),
-        (False, ["virtlogd", "libvirtd", "sshd", "dnsmasq", "python"]),
+        (False, ["virtlogd", "libvirtd", "sshd", "dnsmasq", "python", "labnet"]),
     ],
 )
 def test_a_light_host_starts_libvirt_and_sshd_only(
@@ -50,5 +58,20 @@ def test_a_light_host_starts_libvirt_and_sshd_only(
         monkeypatch.setattr(hosts, step, lambda _host: None)
     monkeypatch.setattr(hosts, "host_root", lambda _host: None)
     monkeypatch.setattr(hosts, "start_daemon", lambda _host, name: calls.append(name))
+    monkeypatch.setattr(hosts, "ensure_libvirt_network", lambda _host: calls.append("labnet"))
     hosts.up_host(HostLayout(1), light=light)
     assert calls == started
+
+
+def test_labnet_is_an_open_network_with_dhcp_and_no_dns_in_the_hosts_own_subnet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(config, "HOST_BASE", 30)
+    xml = ET.fromstring(hosts.network_xml(HostLayout(2)))
+    assert xml.findtext("name") == "labnet"
+    assert xml.find("forward").get("mode") == "open"  # type: ignore[union-attr]
+    assert xml.find("dns").get("enable") == "no"  # type: ignore[union-attr]
+    ip = xml.find("ip")
+    assert (ip.get("address"), ip.get("netmask")) == ("10.80.32.1", "255.255.255.0")  # type: ignore[union-attr]
+    dhcp = xml.find("ip/dhcp/range")
+    assert (dhcp.get("start"), dhcp.get("end")) == ("10.80.32.10", "10.80.32.250")  # type: ignore[union-attr]

@@ -81,12 +81,17 @@ class Fleet:
         tag: str = "v1",
         pin: str = "",
         agent: bool = True,
+        mask_agent: bool | None = None,
+        vendor_data: str = "",
     ) -> None:
-        """``agent=False``: no guest agent in the guest (proxyfleet adds none, and the
-        image's own is masked and stopped at boot), so its IP must come from the host."""
+        """``agent=False``: no guest agent in the guest (proxyfleet adds none, and unless
+        ``mask_agent=False`` the image's own is masked and stopped at boot), so its IP must
+        come from the host. ``vendor_data``: the proxy's own ``spec.cloudInit.vendorData``."""
         self.images[name] = image
-        text = squid_user_data(name, tag=tag) + ("" if agent else NO_AGENT)
+        mask = not agent if mask_agent is None else mask_agent
+        text = squid_user_data(name, tag=tag) + (NO_AGENT if mask else "")
         user_data = "".join(f"      {line}\n" for line in text.split("\n"))
+        vendor = "".join(f"      {line}\n" for line in vendor_data.rstrip("\n").split("\n"))
         (self.repo / "proxies" / f"{name}.yaml").write_text(
             "apiVersion: proxyfleet/v1\nkind: Proxy\n"
             f"metadata:\n  name: {name}\n"
@@ -96,7 +101,8 @@ class Fleet:
             + "  cloudInit:\n    userData: |\n"
             + user_data.rstrip(" \n")
             + "\n"
-            f"  health:\n    probeURL: {self.lab['probeUrl']}\n    expectStatus: 204\n"
+            + (f"    vendorData: |\n{vendor}" if vendor_data else "")
+            + f"  health:\n    probeURL: {self.lab['probeUrl']}\n    expectStatus: 204\n"
             "    timeoutSeconds: 10\n"
         )
 
@@ -195,6 +201,20 @@ def agent_ip(host: str, domain: str) -> str:
     return ""
 
 
+def guest_ip(host: str, domain: str) -> str:
+    """The guest's IPv4 from its agent, else from libvirt's DHCP lease (a guest on a libvirt
+    network without agent); "" while neither knows one."""
+    found = agent_ip(host, domain)
+    if found:
+        return found
+    try:
+        out = virsh(host, "domifaddr", domain, "--source", "lease")
+    except LabError:
+        return ""
+    ips = [f.split("/")[0] for line in out.splitlines() for f in line.split()[-1:] if "/" in f]
+    return ips[0] if ips else ""
+
+
 def settle(fl: Fleet, applied: Applied, fresh: list[str]) -> Applied:
     """Every action of ``applied`` succeeded and the proxies it created serve; the apply that
     says Ready (``applied`` itself, or the next one).
@@ -214,7 +234,7 @@ def settle(fl: Fleet, applied: Applied, fresh: list[str]) -> Applied:
             assert entry["state"] == "running", entry
             deadline = time.monotonic() + 900  # TCG boots on a machine shared with other labs
             while True:
-                ip = entry["ip"] or agent_ip(entry["host"], entry["domain"])
+                ip = entry["ip"] or guest_ip(entry["host"], entry["domain"])
                 if ip and probe_through(ip, fl.lab["probeUrl"]).status == 204:
                     break
                 assert time.monotonic() < deadline, f"{entry['name']} never served"

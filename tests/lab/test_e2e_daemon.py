@@ -22,6 +22,11 @@ key and known_hosts. One test, in phases, so that only two VMs boot:
 4. a commit removes the manifest: the VM, its overlay, seed and NVRAM are gone;
 5. SIGTERM: the daemon exits 0 and leaves no bridge socket behind.
 
+The proxy lives on the lab's Debian 13 host (libvirt 11, QEMU 10; issue 14): the other
+daemon scenarios (tests/lab/test_e2e_standby.py, test_e2e_day2.py) run against Debian 12's
+libvirt 9.0, so the daemon is proven on both. Each host's libvirt and QEMU versions are
+printed.
+
 Host names, addresses, key, known_hosts and image URL come from the lab's own files, so the
 module runs in any lab instance (PROXYFLEET_LAB_INSTANCE).
 """
@@ -53,6 +58,9 @@ from secretutil import make_identity, write_secret
 
 from lab import config as lab_config
 
+LAB_HOSTS = 2
+LAB_DEBIAN13 = 1
+"""Host 2 is a Debian 13 hypervisor; the proxy is placed in its zone."""
 FLEET = "e2ed"
 PROXY = "pfd-a"
 PREFIX = f"pf-{FLEET}-{PROXY}-"
@@ -461,7 +469,7 @@ class Rig:
     remote: Remote
     daemon: DaemonProcess
     host: LabHost
-    """The zone-a host the proxy lands on."""
+    """The Debian 13 host, whose zone the proxy is placed in."""
     hosts: list[LabHost]
     identity: Path
     """The daemon's age identity (``secrets.ageIdentityFile``)."""
@@ -504,7 +512,13 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
         for h in lab["hosts"]
     ]
-    host = next(h for h in hosts if h.zone == "zone-a")
+    debian13 = next(h["name"] for h in lab["hosts"] if h["kind"] == "debian13")
+    host = next(h for h in hosts if h.name == debian13)
+    assert sum(h.zone == host.zone for h in hosts) == 1, "the proxy's zone must be its host's"
+    for h in hosts:
+        versions = h.sh("virsh -c qemu:///system version").strip().replace("\n", "; ")
+        print(f"{h.name}: {versions}")
+    assert "libvirt 11." in host.sh("virsh -c qemu:///system version")
     yield Rig(lab, remote, daemon, host, hosts, identity, recipient)
     daemon.stop_now()
     for n in range(1, daemon.starts + 1):

@@ -1,5 +1,11 @@
-"""A running guest's IPv4 addresses, as libvirt reports them (agent, ARP, DHCP leases),
-and from the host's own ARP table when libvirt's reader fails (``neighbours``)."""
+"""A running guest's IPv4 addresses, as libvirt reports them (agent, DHCP leases, ARP),
+and from the host's own ARP table when libvirt's reader fails (``neighbours``).
+
+The lease comes before ARP: libvirt answers it from its own network's status file as soon
+as its dnsmasq gave the address, before the guest has said anything else to the host, and
+it names the address given to this very MAC; an ARP entry needs traffic and is read through
+a fallback on newer kernels. For an interface on a bridge libvirt has no lease and answers
+nothing (one RPC, no error), so a bridged guest without an agent still ends in ARP."""
 
 from __future__ import annotations
 
@@ -21,13 +27,13 @@ AGENT_CODES = frozenset({libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGE
 """Transient for the agent, not for the host: the next address source is asked."""
 ADDRESS_SOURCES = (
     ("agent", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT),
-    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
     ("lease", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE),
+    ("arp", libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP),
 )
 
 
 def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[str, ...]:
-    """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""
+    """Guest agent first, then DHCP leases, then ARP: the first source with an IPv4 wins."""
     if not session.call("virDomainIsActive", lambda _c: dom.isActive(), domain=domain):
         return ()
     for source, flag in ADDRESS_SOURCES:
@@ -56,6 +62,13 @@ def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[st
         ips = usable_ipv4(found)
         session.trace("virDomainInterfaceAddresses", "addresses", ", ".join(ips), domain=domain)
         if ips:
+            log.debug(
+                "host %s: address of %s from the %s source: %s",
+                session.host.name,
+                domain,
+                source,
+                ", ".join(ips),
+            )
             return ips
     return ()
 

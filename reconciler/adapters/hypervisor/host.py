@@ -99,7 +99,7 @@ class Hypervisor(Protocol):
         ...
 
     def addresses(self, domain: str) -> tuple[str, ...]:
-        """IPv4 addresses: guest agent first, then the host's ARP table / DHCP leases."""
+        """IPv4 addresses: guest agent first, then libvirt's DHCP leases, then ARP."""
         ...
 
     def close(self) -> None:

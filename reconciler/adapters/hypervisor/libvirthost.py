@@ -224,7 +224,7 @@ class LibvirtHost:
         return remove_unused_base(self._session, self._images, base)
 
     def addresses(self, domain: str) -> tuple[str, ...]:
-        """Guest agent first, then ARP, then DHCP leases: the first source with an IPv4 wins."""
+        """Guest agent first, then DHCP leases, then ARP: the first source with an IPv4 wins."""
         dom = self._lookup(domain)
         if dom is None:
             raise NotFoundError(
