@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -53,9 +54,14 @@ from benchmarks.common import (
     lab_up,
     proxy_yaml,
 )
+from benchmarks.floors import PREFIX as FLOOR_PREFIX
+from benchmarks.floors import FloorVm, create_all, floor_name, floor_vms
+from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.load.manifests import load_repo
 from reconciler.model import Image
-from reconciler.model.vm import base_volume_name
+from reconciler.model.settings import ApplySettings
+from reconciler.model.vm import VmSpec, base_volume_name
 
 FLEET = "cr"
 IMAGE_KEY = "debian12-bios"
@@ -68,11 +74,41 @@ def base_name(lab: dict[str, Any]) -> str:
 
 KCLI_NET = "kcli-br0"
 KCLI_PREFIX = "kc"
+OTHERS = (f"{KCLI_PREFIX}-", FLOOR_PREFIX)
+"""Domains and volumes of the baselines (kcli's, the floor's)."""
 USER_DATA_CMD = "echo bench > /run/bench"
 
 
 def kcli_bin() -> Path:
     return BENCH_VENV / "bin" / "kcli"
+
+
+def kcli_create_cmd(lab: dict[str, Any], count: int, prefix: str = KCLI_PREFIX) -> list[str]:
+    """``kcli create vm -c <count>``: VMs ``<prefix>-0`` ... like proxyfleet's (module doc)."""
+    return [
+        str(kcli_bin()),
+        "create",
+        "vm",
+        "-c",
+        str(count),
+        "-i",
+        base_name(lab),
+        "-P",
+        "memory=256",
+        "-P",
+        "numcpus=1",
+        "-P",
+        "disks=[3]",
+        "-P",
+        f"nets=[{KCLI_NET}]",
+        "-P",
+        "virttype=qemu",
+        "-P",
+        "cpumodel=qemu64",
+        "-P",
+        f"cmds=['{USER_DATA_CMD}']",
+        prefix,
+    ]
 
 
 def kcli_home(lab: dict[str, Any], address: str) -> Path:
@@ -121,15 +157,16 @@ def ensure_bridge_network(conn: Any) -> None:
     conn.networkCreateXML(xml)  # transient: gone with the lab host's libvirtd
 
 
-def remove_vms(hv: LibvirtHost, conn: Any) -> int:
-    """Destroy and delete every VM of this benchmark (both sides) with its volumes."""
+def remove_vms(hv: LibvirtHost, conn: Any, fleet: str = FLEET) -> int:
+    """Destroy and delete every VM of this benchmark (proxyfleet's of ``fleet``, kcli's,
+    the floor's) with its volumes."""
     removed = 0
     for dom in conn.listAllDomains(0):
         name = dom.name()
-        if name.startswith(f"pf-{FLEET}-"):
+        if name.startswith(f"pf-{fleet}-"):
             hv.delete(name)
             removed += 1
-        elif name.startswith(f"{KCLI_PREFIX}-"):
+        elif name.startswith(OTHERS):
             if dom.isActive():
                 dom.destroy()
             dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
@@ -137,9 +174,40 @@ def remove_vms(hv: LibvirtHost, conn: Any) -> int:
     pool = conn.storagePoolLookupByName("default")
     pool.refresh(0)
     for vol in pool.listAllVolumes(0):
-        if vol.name().startswith(f"{KCLI_PREFIX}-"):
+        if vol.name().startswith(OTHERS):
             vol.delete(0)
     return removed
+
+
+WIDTH = ApplySettings().per_host_concurrency
+"""The floor's VMs at a time: proxyfleet's default ``concurrency.perHost``."""
+
+
+def rendered(conn: Any, lab: dict[str, Any], specs: list[VmSpec]) -> list[FloorVm]:
+    """The floor's VMs (``fl-<proxy>``) on the base proxyfleet uploaded (it must be there)."""
+    pool = conn.storagePoolLookupByName("default")
+    base = pool.storageVolLookupByName(base_name(lab)).path()
+    return floor_vms(specs, pool_dir=os.path.dirname(base), base_path=base)
+
+
+def running(conn: Any, prefix: str) -> int:
+    return sum(
+        1
+        for d in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+        if d.name().startswith(prefix)
+    )
+
+
+def floor(conn: Any, lab: dict[str, Any], repo: Path, count: int) -> float:
+    """The physical floor (benchmarks.floors): seconds of ``create_all`` alone."""
+    vms = rendered(conn, lab, vm_specs(load_repo(repo), name=floor_name))
+    started = time.perf_counter()
+    create_all(conn, "default", vms, width=WIDTH)
+    seconds = time.perf_counter() - started
+    up = running(conn, FLOOR_PREFIX)
+    if up != count:
+        raise SystemExit(f"the minimal libvirt loop left {up} of {count} VMs running")
+    return seconds
 
 
 def main() -> int:
@@ -152,6 +220,7 @@ def main() -> int:
         default=0,
         help="also time apply with concurrency.perHost this wide (0: not)",
     )
+    parser.add_argument("--no-kcli", action="store_true", help="leave kcli out")
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
 
@@ -197,8 +266,9 @@ def main() -> int:
             began, ended = (datetime.fromisoformat(report[k]) for k in ("started", "finished"))
             pf_engine.append((ended - began).total_seconds())
 
-    have_kcli = kcli_bin().exists()
+    have_kcli = kcli_bin().exists() and not args.no_kcli
     contenders: dict[str, Callable[[], float | None]] = {"proxyfleet apply": proxyfleet}
+    contenders["minimal libvirt loop"] = lambda: floor(conn, lab, repo, args.count)
     if args.wider:
         contenders[f"proxyfleet apply, perHost {args.wider}"] = lambda: proxyfleet(
             "--config", str(wider)
@@ -206,46 +276,19 @@ def main() -> int:
     if have_kcli:
         home = kcli_home(lab, host.address)
         ensure_bridge_network(conn)
-        kcli_cmd = [
-            str(kcli_bin()),
-            "create",
-            "vm",
-            "-c",
-            str(args.count),
-            "-i",
-            base_name(lab),
-            "-P",
-            "memory=256",
-            "-P",
-            "numcpus=1",
-            "-P",
-            "disks=[3]",
-            "-P",
-            f"nets=[{KCLI_NET}]",
-            "-P",
-            "virttype=qemu",
-            "-P",
-            "cpumodel=qemu64",
-            "-P",
-            f"cmds=['{USER_DATA_CMD}']",
-            KCLI_PREFIX,
-        ]
+        kcli_cmd = kcli_create_cmd(lab, args.count)
 
         def kcli() -> None:
             env = {**os.environ, "HOME": str(home)}
             out = subprocess.run(
                 kcli_cmd, capture_output=True, text=True, timeout=1800, check=False, env=env
             )
-            made = sum(
-                1
-                for d in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
-                if d.name().startswith(f"{KCLI_PREFIX}-")
-            )
+            made = running(conn, f"{KCLI_PREFIX}-")
             if out.returncode != 0 or made != args.count:
                 raise SystemExit(f"kcli made {made} running VMs ({out.returncode}):\n{out.stdout}")
 
         contenders["kcli create vm -c"] = kcli
-    else:
+    elif not args.no_kcli:
         result.note(f"kcli is not installed in {BENCH_VENV} (make bench installs it); no ratio")
 
     try:
@@ -268,11 +311,18 @@ def main() -> int:
         wide = result.add("proxyfleet_wider", "s", timed[f"proxyfleet apply, perHost {args.wider}"])
         result.note(f"proxyfleet apply with concurrency.perHost {args.wider}: {wide.text()}")
     if have_kcli:
-        floor = result.add("floor", "s", timed["kcli create vm -c"])
+        by_kcli = result.add("floor", "s", timed["kcli create vm -c"])
         result.note(
-            f"{args.count} VMs: proxyfleet apply {pf.text()}, kcli {floor.text()}: "
-            f"ratio {pf.median / floor.median:.2f}x"
+            f"{args.count} VMs: proxyfleet apply {pf.text()}, kcli {by_kcli.text()}: "
+            f"ratio {pf.median / by_kcli.median:.2f}x"
         )
+    physical = result.add("physical", "s", timed["minimal libvirt loop"])
+    engine = result.metrics["proxyfleet_engine"]
+    result.note(
+        f"physical floor (minimal libvirt loop, {WIDTH} at a time on proxyfleet's connection) "
+        f"{physical.text()}: apply {pf.median / physical.median:.2f}x, its reconcile "
+        f"{engine.median / physical.median:.2f}x"
+    )
     emit(result, args.json)
     return 0
 

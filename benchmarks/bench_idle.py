@@ -42,16 +42,14 @@ from benchmarks.common import (
     mutating,
     proxy_yaml,
 )
+from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.core.load.manifests import load_repo
-from reconciler.core.naming import domain_name, resolve_image
-from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.planner import plan
 from reconciler.core.render.domainxml import domain_xml
 from reconciler.core.render.metadata import NAMESPACE
 from reconciler.engine.observe import observe
-from reconciler.model import MachineType, Owner, Repo
-from reconciler.model.vm import VmSpec
+from reconciler.model import Repo
 
 FLEET = "idle"
 FOREIGN_PREFIX = "foreign-idle-"
@@ -71,43 +69,15 @@ def write_repo(root: Path, proxies: int) -> Repo:
 def owned_xml(repo: Repo, host_name: str | None = None) -> dict[str, str]:
     """Domain XML (with the ownership element) of every proxy, by domain name: of those
     pinned to ``host_name`` (``placement.host``), or of all on the fleet's first host."""
-    fleet = repo.fleet
-    host = fleet.hosts[0] if host_name is None else fleet.host(host_name)
-    assert host is not None
-    machine = fleet.machine_type("tiny")
-    assert isinstance(machine, MachineType)
     pool_dir = "/var/lib/libvirt/images"
-    xml = {}
-    for proxy in repo.proxies:
-        if host_name is not None and proxy.placement.host != host_name:
-            continue
-        image = resolve_image(fleet, proxy.placement.image)
-        machine = fleet.machine_type(proxy.placement.machine_type)
-        assert image is not None and machine is not None
-        digest = proxy_digest(proxy, host, image=image, machine_type=machine)
-        name = domain_name(fleet.name, proxy.name, digest)
-        spec = VmSpec(
-            domain=name,
-            proxy=proxy.name,
-            host=host,
-            image=image,
-            machine_type=machine,
-            cloud_init=proxy.cloud_init,
-            install_guest_agent=proxy.install_guest_agent,
-            owner=Owner(
-                fleet=fleet.name,
-                proxy=proxy.name,
-                digest=digest,
-                image_key=image.key,
-                image_sha256=image.sha256 or "",
-                revision="0" * 40,
-                created="2026-11-30T00:00:00+00:00",
-            ),
+    return {
+        spec.domain: domain_xml(
+            spec,
+            disk_path=f"{pool_dir}/{spec.overlay_name}",
+            seed_path=f"{pool_dir}/{spec.seed_name}",
         )
-        xml[name] = domain_xml(
-            spec, disk_path=f"{pool_dir}/{name}.qcow2", seed_path=f"{pool_dir}/{name}-seed.iso"
-        )
-    return xml
+        for spec in vm_specs(repo, host_name)
+    }
 
 
 def foreign_xml(name: str) -> str:

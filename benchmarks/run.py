@@ -57,6 +57,7 @@ class Row:
 ROWS = (
     Row("idle", ["-m", "benchmarks.bench_idle"]),
     Row("create", ["-m", "benchmarks.bench_create"]),
+    Row("delete", ["-m", "benchmarks.bench_delete"]),
     Row("upload", ["-m", "benchmarks.bench_upload"]),
     Row("upload3", ["-m", "benchmarks.bench_upload", "--hosts", "3"]),
     Row("trigger", ["-m", "benchmarks.bench_trigger"]),
@@ -135,6 +136,47 @@ def create_lines(r: Result) -> list[Line]:
             )
         )
     return lines
+
+
+def physical_line(r: Result, what: str, target: float | None) -> Line | None:
+    """proxyfleet's ``apply`` against the row's minimal libvirt loop (``physical``)."""
+    pf, floor = r.metrics.get("proxyfleet"), r.metrics.get("physical")
+    if pf is None or floor is None:
+        return None
+    ratio = pf.median / floor.median
+    return (
+        what,
+        f"`apply` {pf.text(1)}",
+        f"minimal libvirt loop {floor.text(1)}",
+        _ratio(pf.median, floor.median),
+        f"<= {target}x" if target is not None else "-",
+        _met(ratio <= target) if target is not None else "-",
+    )
+
+
+def create_floor_lines(r: Result) -> list[Line]:
+    """Row 2's two comparisons: kcli, then the physical floor."""
+    line = physical_line(
+        r, "2a. create 20 VMs against the physical floor (same calls, 4 at a time)", 1.2
+    )
+    return [*create_lines(r), *([line] if line else [])]
+
+
+def delete_lines(r: Result) -> list[Line]:
+    pf, kcli = r.metrics["proxyfleet"], r.metrics.get("floor")
+    n = int(r.metrics["count"].median) if "count" in r.metrics else 20
+    lines: list[Line] = [
+        (
+            f"2c. delete {n} paused VMs with their volumes (nothing left on the host)",
+            f"`apply` {pf.text(1)}",
+            f"`kcli delete vm -c {n}` {kcli.text(1)}" if kcli else "kcli not run",
+            _ratio(pf.median, kcli.median) if kcli else "-",
+            "<= 0.25x",
+            _met(pf.median / kcli.median <= 0.25) if kcli else "-",
+        )
+    ]
+    line = physical_line(r, f"2d. delete {n} VMs against the physical floor (4 at a time)", None)
+    return lines + ([line] if line else [])
 
 
 def upload_lines(r: Result) -> list[Line]:
@@ -231,7 +273,8 @@ def fleet_line(r: Result) -> Line:
 
 LINES: dict[str, Callable[[Result], list[Line]]] = {
     "idle": lambda r: [idle_line(r)],
-    "create": create_lines,
+    "create": create_floor_lines,
+    "delete": delete_lines,
     "upload": upload_lines,
     "upload3": upload_lines,
     "trigger": trigger_lines,

@@ -297,6 +297,21 @@ def test_the_bridge_socket_is_private_and_removed_on_close(
     assert not directory.exists()
 
 
+def test_closing_the_bridge_does_not_wait_out_the_acceptors_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The acceptor selects with a 0.5 s timeout; close() used to wait for it to run out.
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path))
+    seconds = []
+    for _ in range(3):
+        bridge = SocketBridge(lambda: pytest.fail("no channel may be opened"), label="kvm1")
+        time.sleep(0.05)  # the acceptor is in its select
+        started = time.monotonic()
+        bridge.close()
+        seconds.append(time.monotonic() - started)
+    assert min(seconds) < 0.1, seconds
+
+
 def test_a_full_pool_is_permanent_for_the_run_though_libvirt_calls_it_a_system_error() -> None:
     error = classify(
         libvirt_error(

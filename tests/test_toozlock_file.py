@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -139,6 +140,25 @@ def test_the_etcd_url_gets_lease_and_request_timeouts_from_the_ttl() -> None:
     assert "lock_timeout=20" in url and "membership_timeout=20" in url and "timeout=3" in url
     assert "lock_timeout=7" in driver_url("etcd3+http://h:2379?lock_timeout=7", 20)
     assert driver_url("zookeeper://zk:2181", 30) == "zookeeper://zk:2181?timeout=30"
+
+
+def test_the_file_driver_runs_its_group_calls_inline_unless_the_url_says_otherwise() -> None:
+    # tooz's default executor, a one-thread pool, made every stop wait up to 1 s.
+    options = dict(parse_qsl(urlsplit(driver_url("file:///var/lib/proxyfleet/locks", 20)).query))
+    assert options["executor"] == "synchronous"
+    mine = driver_url("file:///var/lib/proxyfleet/locks?executor=threaded", 20)
+    assert dict(parse_qsl(urlsplit(mine).query))["executor"] == "threaded"
+
+
+def test_releasing_a_file_lock_and_closing_returns_at_once(tmp_path: Path) -> None:
+    # With the thread pool, close() waited ~1.0 s for its idle worker every time.
+    locks = ToozLocks(default_url(tmp_path), me=A)
+    lock = locks.lock("f")
+    assert lock.acquire()
+    started = time.monotonic()
+    lock.release()
+    locks.close()
+    assert time.monotonic() - started < 0.5
 
 
 def test_an_unknown_coordination_scheme_is_refused() -> None:

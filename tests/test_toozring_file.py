@@ -61,7 +61,7 @@ def refresh(*rings: ToozRing, times: int = 2) -> None:
 
 def test_the_file_driver_forgets_a_silent_member_after_the_ttl() -> None:
     assert ring_url("file:///var/lib/proxyfleet/locks", 20) == (
-        "file:///var/lib/proxyfleet/locks?timeout=20"
+        "file:///var/lib/proxyfleet/locks?timeout=20&executor=synchronous"
     )
 
 

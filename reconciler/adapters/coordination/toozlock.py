@@ -84,7 +84,8 @@ def driver_url(url: str, ttl: float) -> str:
     ``timeout`` (one HTTP request) is a sixth of it so that a renewal that
     hangs gives up long before the lease could run out.
     ZooKeeper: ``timeout`` is the session timeout, ``ttl``.
-    file: ``timeout`` (how long an untouched member record counts) is for ever.
+    file: ``timeout`` (how long an untouched member record counts) is for ever; group
+    calls run inline (``executor=synchronous``; the driver serializes them itself).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in SCHEMES:
@@ -105,6 +106,7 @@ def driver_url(url: str, ttl: float) -> str:
         # touched (a flock needs no renewal), so without this it vanished 10 s after the
         # lock was taken and refusals named nobody. Dead holders are told apart by pid.
         options.setdefault("timeout", str(FILE_RECORD_SECONDS))
+        options.setdefault("executor", "synchronous")  # a pool's stop waited ~1 s
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(options)))
 
 

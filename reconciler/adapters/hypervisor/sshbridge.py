@@ -54,6 +54,10 @@ class SocketBridge:
                 host=label,
             ) from exc
         self._server.listen(8)
+        # close() wakes the acceptor's select through this pair at once (closing the
+        # listening socket does not wake a select on it): a process's exit does not wait
+        # out the select's timeout, once per host.
+        self._wake_r, self._wake_w = socket.socketpair()
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._prepared: list[paramiko.Channel] = []
@@ -82,6 +86,7 @@ class SocketBridge:
         if self._closed.is_set():
             return
         self._closed.set()
+        _send_quietly(self._wake_w)
         self._server.close()
         with self._lock:
             channels = [*self._prepared, *self._channels]
@@ -92,6 +97,8 @@ class SocketBridge:
         for sock in sockets:
             _close_quietly(sock)
         self._acceptor.join(timeout=2)
+        for end in (self._wake_r, self._wake_w):
+            _close_quietly(end)
         for leftover in (self.path, self._dir):
             try:
                 (os.unlink if leftover == self.path else os.rmdir)(leftover)
@@ -101,7 +108,9 @@ class SocketBridge:
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
             try:
-                ready, _, _ = select.select([self._server], [], [], 0.5)
+                ready, _, _ = select.select([self._server, self._wake_r], [], [], 0.5)
+                if self._wake_r in ready:
+                    return
                 if not ready:
                     continue
                 client, _ = self._server.accept()
@@ -215,3 +224,8 @@ def _close_quietly(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+def _send_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(b"\0")

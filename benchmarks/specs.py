@@ -1,0 +1,59 @@
+"""What the benchmarks render with proxyfleet's own code: one ``VmSpec`` per proxy of a repo.
+
+Rows that create or define domains without proxyfleet (row 1's populated
+host, row 7's fleet, row 2's physical floor) build the very specs the
+executor would, so that the domain XML, the volumes and the seed ISO are
+proxyfleet's byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reconciler.core.naming import domain_name, resolve_image
+from reconciler.core.plan.digest import proxy_digest
+from reconciler.model import Owner, Repo
+from reconciler.model.vm import VmSpec, base_volume_name
+
+
+def vm_specs(
+    repo: Repo,
+    host_name: str | None = None,
+    *,
+    name: Callable[[str, str], str] | None = None,
+) -> list[VmSpec]:
+    """The spec of every proxy pinned to ``host_name`` (``placement.host``), or of all on the
+    fleet's first host. ``name(proxy, digest)``: the domain name (proxyfleet's by default)."""
+    fleet = repo.fleet
+    host = fleet.hosts[0] if host_name is None else fleet.host(host_name)
+    assert host is not None
+    specs = []
+    for proxy in repo.proxies:
+        if host_name is not None and proxy.placement.host != host_name:
+            continue
+        image = resolve_image(fleet, proxy.placement.image)
+        machine = fleet.machine_type(proxy.placement.machine_type)
+        assert image is not None and machine is not None
+        digest = proxy_digest(proxy, host, image=image, machine_type=machine)
+        specs.append(
+            VmSpec(
+                domain=(name or (lambda p, d: domain_name(fleet.name, p, d)))(proxy.name, digest),
+                proxy=proxy.name,
+                host=host,
+                image=image,
+                machine_type=machine,
+                cloud_init=proxy.cloud_init,
+                install_guest_agent=proxy.install_guest_agent,
+                owner=Owner(
+                    fleet=fleet.name,
+                    proxy=proxy.name,
+                    digest=digest,
+                    image_key=image.key,
+                    image_sha256=image.sha256 or "",
+                    image_base=base_volume_name(image),
+                    revision="0" * 40,
+                    created="2026-11-30T00:00:00+00:00",
+                ),
+            )
+        )
+    return specs

@@ -1,0 +1,88 @@
+"""Issue 17 items 2 and 3: the delete row and the create row's physical floor in ``make bench``'s
+table, and the delete row's check that nothing is left on the host (pure parts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.bench_delete import left_in_dirs, named
+from benchmarks.common import Result
+from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines
+
+
+def result(row: str, **samples: list[float]) -> Result:
+    r = Result(row=row)
+    for name, values in samples.items():
+        r.add(name, "s", values)
+    return r
+
+
+def test_the_create_row_prints_kcli_and_the_physical_floor_with_ratios_of_the_medians() -> None:
+    r = result(
+        "create", proxyfleet=[10.0, 12.0, 30.0], floor=[40.0, 41.0, 42.0], physical=[9.0, 10.0]
+    )
+
+    kcli, floor = create_floor_lines(r)
+
+    assert kcli[0].startswith("2. create 20 VMs") and kcli[3] == "0.29x" and kcli[5] == "yes"
+    assert floor[0].startswith("2a.") and "minimal libvirt loop 9.5 (9.0-10.0) s" in floor[2]
+    assert floor[3] == "1.26x" and floor[4] == "<= 1.2x" and floor[5] == "**no**"
+
+
+def test_a_create_row_without_the_floor_prints_only_the_kcli_line() -> None:
+    r = result("create", proxyfleet=[10.0], floor=[40.0])
+
+    assert [line[0][:2] for line in create_floor_lines(r)] == ["2."]
+
+
+def test_the_delete_row_is_judged_against_a_quarter_of_kcli() -> None:
+    r = result("delete", proxyfleet=[10.0, 11.0, 12.0], floor=[44.0, 44.0], physical=[8.0, 8.0])
+    r.add("count", "VMs", [20])
+
+    kcli, floor = delete_lines(r)
+
+    assert kcli[0] == "2c. delete 20 paused VMs with their volumes (nothing left on the host)"
+    assert kcli[2] == "`kcli delete vm -c 20` 44.0 (44.0-44.0) s"
+    assert (kcli[3], kcli[4], kcli[5]) == ("0.25x", "<= 0.25x", "yes")
+    assert floor[0].startswith("2d.") and (floor[3], floor[4], floor[5]) == ("1.38x", "-", "-")
+
+
+def test_a_delete_row_over_the_target_says_no() -> None:
+    r = result("delete", proxyfleet=[20.0], floor=[40.0])
+
+    (kcli,) = delete_lines(r)
+
+    assert (kcli[3], kcli[5]) == ("0.50x", "**no**")
+
+
+def test_every_row_make_bench_runs_has_its_table_lines() -> None:
+    assert {row.key for row in ROWS} == set(LINES)
+    assert [row.key for row in ROWS][:3] == ["idle", "create", "delete"]
+
+
+def test_leftovers_name_the_vms_files_in_the_pool_nvram_and_definitions(tmp_path: Path) -> None:
+    for sub, name in (
+        ("var-lib-libvirt/images", "kc-3_0.img"),
+        ("var-lib-libvirt/images", "kc-3.ISO"),
+        ("var-lib-libvirt/images", "base-debian12.qcow2"),
+        ("var-lib-libvirt/qemu/nvram", "kc-7_VARS.fd"),
+        ("etc-libvirt/qemu", "kc-9.xml"),
+        ("etc-libvirt/qemu", "pf-dl-dl-01-0a1b2c3d.xml"),
+    ):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+        (tmp_path / sub / name).write_text("")
+
+    assert left_in_dirs(tmp_path, "kc-") == [
+        "file var-lib-libvirt/images/kc-3.ISO",
+        "file var-lib-libvirt/images/kc-3_0.img",
+        "file var-lib-libvirt/qemu/nvram/kc-7_VARS.fd",
+        "file etc-libvirt/qemu/kc-9.xml",
+    ]
+    assert left_in_dirs(tmp_path, "fl-") == []
+    assert left_in_dirs(tmp_path / "no-such-host", "kc-") == []
+
+
+def test_leftover_domains_and_volumes_are_those_with_the_prefix() -> None:
+    names = ["kc-1", "pf-dl-dl-00-0a1b2c3d", "kc-10", "kcx"]
+
+    assert named("domain", names, "kc-") == ["domain kc-1", "domain kc-10"]
