@@ -40,9 +40,9 @@ import libvirt
 
 from benchmarks.common import (
     BENCH_VENV,
-    ROOT,
     Result,
     alternate,
+    apply_cmd,
     bench_dir,
     busy_text,
     emit,
@@ -231,21 +231,7 @@ def main() -> int:
     conn = hv.session.connection()
     repo = write_repo(args.count)
     state = bench_dir("pf-state")
-    pf_cmd = [
-        str(ROOT / ".venv" / "bin" / "proxyfleet"),
-        "apply",
-        "--repo",
-        str(repo),
-        "--ssh-key",
-        lab["sshKey"],
-        "--known-hosts",
-        lab["knownHosts"],
-        "--state-dir",
-        str(state),
-        "--yes",
-        "--no-wait",
-        "--json",
-    ]
+    pf_cmd = apply_cmd(lab, repo, state, "--no-wait", "--json")
     pf_engine: list[float] = []
     wider = bench_dir("create") / f"per-host-{args.wider}.yaml"
     wider.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  perHost: {args.wider}\n")

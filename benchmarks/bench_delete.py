@@ -60,9 +60,9 @@ from benchmarks.bench_create import (
 )
 from benchmarks.common import (
     BENCH_VENV,
-    ROOT,
     Result,
     alternate,
+    apply_cmd,
     busy_text,
     emit,
     fleet_yaml,
@@ -183,20 +183,7 @@ def main() -> int:
     hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
     repo, full, empty = write_repo(args.count)
-    pf_cmd = [
-        str(ROOT / ".venv" / "bin" / "proxyfleet"),
-        "apply",
-        "--repo",
-        str(repo),
-        "--ssh-key",
-        lab["sshKey"],
-        "--known-hosts",
-        lab["knownHosts"],
-        "--state-dir",
-        str(fresh_dir("delete-state")),
-        "--yes",
-        "--json",
-    ]
+    pf_cmd = apply_cmd(lab, repo, fresh_dir("delete-state"), "--json")
     ours = f"pf-{FLEET}-"
 
     def nothing_left(prefix: str, who: str) -> None:

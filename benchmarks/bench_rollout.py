@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
-    ROOT,
     Result,
+    apply_cmd,
     bench_dir,
     busy_text,
     emit,
@@ -232,21 +232,7 @@ def main() -> int:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"{args.proxies} proxies")
-    cmd = [
-        str(ROOT / ".venv" / "bin" / "proxyfleet"),
-        "-v",
-        "apply",
-        "--repo",
-        str(repo),
-        "--ssh-key",
-        lab["sshKey"],
-        "--known-hosts",
-        lab["knownHosts"],
-        "--state-dir",
-        str(bench_dir("pf-state")),
-        "--yes",
-        "--json",
-    ]
+    cmd = apply_cmd(lab, repo, bench_dir("pf-state"), "-v", "--json")
     hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
     sampler = Answering([layout.leases], lab["probeUrl"], VIA_NAME)

@@ -250,6 +250,29 @@ def lab_ssh(lab: dict[str, Any]) -> SshSettings:
     return SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
 
 
+def apply_cmd(lab: dict[str, Any], repo: Path, state: Path, *flags: str) -> list[str]:
+    """``proxyfleet apply --yes`` of ``repo`` against the lab's hosts with the lab's key and
+    known_hosts and ``state`` as its state dir; ``flags`` after (``--json``, ``--no-wait``),
+    or before ``apply`` when they are global (``-v``)."""
+    verbose = [f for f in flags if f == "-v"]
+    rest = [f for f in flags if f != "-v"]
+    return [
+        str(ROOT / ".venv" / "bin" / "proxyfleet"),
+        *verbose,
+        "apply",
+        "--repo",
+        str(repo),
+        "--ssh-key",
+        lab["sshKey"],
+        "--known-hosts",
+        lab["knownHosts"],
+        "--state-dir",
+        str(state),
+        "--yes",
+        *rest,
+    ]
+
+
 def bench_dir(name: str) -> Path:
     """A scratch directory of this benchmark under the lab instance's state (git-ignored)."""
     from lab import config
