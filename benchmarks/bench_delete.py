@@ -63,6 +63,7 @@ from benchmarks.common import (
     Result,
     alternate,
     apply_cmd,
+    bench_dir,
     busy_text,
     emit,
     fleet_yaml,
@@ -169,6 +170,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-kcli", action="store_true", help="leave kcli out")
     parser.add_argument(
+        "--per-host",
+        type=int,
+        default=0,
+        help="proxyfleet's concurrency.perHost (a daemon config setting; default: the shipped 4)",
+    )
+    parser.add_argument(
         "--verbose-log", help="write proxyfleet's -v log of each timed apply here (appended)"
     )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
@@ -184,6 +191,11 @@ def main() -> int:
     conn = hv.session.connection()
     repo, full, empty = write_repo(args.count)
     pf_cmd = apply_cmd(lab, repo, fresh_dir("delete-state"), "--json")
+    if args.per_host:
+        wide = bench_dir("delete") / f"per-host-{args.per_host}.yaml"
+        wide.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  perHost: {args.per_host}\n")
+        pf_cmd += ["--config", str(wide)]
+        result.note(f"proxyfleet with concurrency.perHost {args.per_host}")
     ours = f"pf-{FLEET}-"
 
     def nothing_left(prefix: str, who: str) -> None:
