@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
-from reconciler.model import Owner, Repo
-from reconciler.model.vm import VmSpec, base_volume_name
+from reconciler.model import Repo
+from reconciler.model.plan import NewVm
+from reconciler.model.vm import VmSpec
 
 
 def vm_specs(
@@ -35,25 +36,24 @@ def vm_specs(
         machine = fleet.machine_type(proxy.placement.machine_type)
         assert image is not None and machine is not None
         digest = proxy_digest(proxy, host, image=image, machine_type=machine)
+        vm = NewVm(
+            fleet=fleet.name,
+            proxy=proxy.name,
+            host=host,
+            image=image,
+            machine_type=machine,
+            cloud_init=proxy.cloud_init,
+            install_guest_agent=proxy.install_guest_agent,
+            protect=proxy.lifecycle.protect,
+            health=proxy.health,
+        )
         specs.append(
-            VmSpec(
+            vm.spec(
                 domain=(name or (lambda p, d: domain_name(fleet.name, p, d)))(proxy.name, digest),
-                proxy=proxy.name,
-                host=host,
-                image=image,
-                machine_type=machine,
-                cloud_init=proxy.cloud_init,
-                install_guest_agent=proxy.install_guest_agent,
-                owner=Owner(
-                    fleet=fleet.name,
-                    proxy=proxy.name,
-                    digest=digest,
-                    image_key=image.key,
-                    image_sha256=image.sha256 or "",
-                    image_base=base_volume_name(image),
-                    revision="0" * 40,
-                    created="2026-11-30T00:00:00+00:00",
-                ),
+                digest=digest,
+                image_sha256=image.sha256 or "",
+                revision="0" * 40,
+                created="2026-11-30T00:00:00+00:00",
             )
         )
     return specs

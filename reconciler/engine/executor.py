@@ -48,11 +48,11 @@ from reconciler.engine.once import OncePerRun
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
-from reconciler.model import Action, HealthCheck, Image, Owner, Plan
+from reconciler.model import Action, HealthCheck, Image, Plan
 from reconciler.model.plan import MUTATING, Cleanup, Create, Delete, Relabel, Replace, Start
 from reconciler.model.report import ActionOutcome, ActionResult
 from reconciler.model.settings import ApplySettings
-from reconciler.model.vm import MARKER_SUFFIX, VmSpec, base_volume_name
+from reconciler.model.vm import MARKER_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -251,25 +251,12 @@ class Executor:
                 attempts,
             ),
         )
-        spec = VmSpec(
+        spec = vm.spec(
             domain=domain,
-            proxy=vm.proxy,
-            host=vm.host,
-            image=image,
-            machine_type=vm.machine_type,
-            cloud_init=vm.cloud_init,
-            install_guest_agent=vm.install_guest_agent,
-            owner=Owner(
-                fleet=vm.fleet,
-                proxy=vm.proxy,
-                digest=action.digest or "",
-                image_key=image.key,
-                image_sha256=fetched.sha256,
-                image_base=base_volume_name(image),
-                revision=self._revision,
-                created=self._runtime.clock().isoformat(timespec="seconds"),
-                protect=vm.protect,
-            ),
+            digest=action.digest or "",
+            image_sha256=fetched.sha256,
+            revision=self._revision,
+            created=self._runtime.clock().isoformat(timespec="seconds"),
         )
         self._call(f"create {domain} on {host.name}", lambda: host.create(spec), attempts)
 

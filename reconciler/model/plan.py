@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from reconciler.model.fleet import CloudInit, HealthCheck, Host, Image, MachineType
 from reconciler.model.inventory import Owner
+from reconciler.model.vm import VmSpec, base_volume_name
 
 
 class ActionKind(StrEnum):
@@ -71,6 +72,32 @@ class NewVm:
     install_guest_agent: bool
     protect: bool
     health: HealthCheck
+
+    def spec(
+        self, *, domain: str, digest: str, image_sha256: str, revision: str, created: str
+    ) -> VmSpec:
+        """The host's ``VmSpec`` of this VM, with what the run learned: the image's verified
+        sha256, the revision and the creation time (ISO 8601)."""
+        return VmSpec(
+            domain=domain,
+            proxy=self.proxy,
+            host=self.host,
+            image=self.image,
+            machine_type=self.machine_type,
+            cloud_init=self.cloud_init,
+            install_guest_agent=self.install_guest_agent,
+            owner=Owner(
+                fleet=self.fleet,
+                proxy=self.proxy,
+                digest=digest,
+                image_key=self.image.key,
+                image_sha256=image_sha256,
+                image_base=base_volume_name(self.image),
+                revision=revision,
+                created=created,
+                protect=self.protect,
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
