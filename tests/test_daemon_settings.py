@@ -231,10 +231,10 @@ def test_fleets_exclude_the_single_fleet_fields_and_name_each_fleet_once() -> No
     ]
 
 
-def test_the_libvirt_transport_is_read_and_defaults_to_paramiko() -> None:
-    assert parse("repo: {url: /srv/fleet}\n").ssh.libvirt_transport == "paramiko"
-    settings = parse("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: openssh\n")
-    assert settings.ssh.libvirt_transport == "openssh"
+def test_the_libvirt_transport_is_read_and_defaults_to_openssh() -> None:
+    assert parse("repo: {url: /srv/fleet}\n").ssh.libvirt_transport == "openssh"
+    settings = parse("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: paramiko\n")
+    assert settings.ssh.libvirt_transport == "paramiko"
 
 
 def test_an_unknown_libvirt_transport_is_refused_with_its_line() -> None:

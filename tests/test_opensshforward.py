@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +138,63 @@ def test_close_removes_the_private_socket_directory(tmp_path: Path) -> None:
     forward.close()
 
     assert not directory.exists()
+
+
+LISTENS = (
+    'for arg; do case "$arg" in *:/var/run/*) sock="${arg%%:*}";; esac; done\n'
+    'echo $$ > "$PIDFILE"\n: > "$sock"\nexec sleep 60'
+)
+"""A fake ``ssh`` that "listens" (creates the -L socket path, all prepare waits for),
+writes its pid to $PIDFILE and then sleeps."""
+
+
+def wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not os.path.exists(f"/proc/{pid}") or " Z " in Path(f"/proc/{pid}/stat").read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_child_dialled_on_a_thread_that_ended_keeps_running_until_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIDFILE", str(tmp_path / "pid"))
+    forward = OpenSshForward(HOST, settings(tmp_path), binary=fake_ssh(tmp_path, LISTENS))
+    try:
+        worker = threading.Thread(target=forward.prepare)
+        worker.start()
+        worker.join()
+        pid = int((tmp_path / "pid").read_text())
+
+        assert not wait_gone(pid, 1.0)
+        assert forward.alive
+    finally:
+        forward.close()
+    assert wait_gone(pid)
+
+
+def test_a_process_killed_with_sigkill_takes_its_ssh_child_with_it(tmp_path: Path) -> None:
+    # What no exit hook can do: `kill -9` of a `proxyfleet apply`. The child must not
+    # stay behind holding an SSH connection to the host.
+    binary = fake_ssh(tmp_path, LISTENS)
+    script = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from reconciler.adapters.hypervisor.opensshforward import OpenSshForward\n"
+        "from reconciler.model import Host, HostNetwork\n"
+        "from reconciler.model.settings import SshSettings\n"
+        "host = Host(name='kvm01', address='10.0.0.5', zone='a',"
+        " network=HostNetwork('bridge', 'br0'))\n"
+        f"settings = SshSettings(key_file=Path({str(tmp_path)!r}) / 'k',"
+        f" known_hosts_file=Path({str(tmp_path)!r}) / 'kh')\n"
+        f"OpenSshForward(host, settings, binary={binary!r}).prepare()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PIDFILE": str(tmp_path / "pid")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL
+
+    pid = int((tmp_path / "pid").read_text())
+    assert wait_gone(pid), f"ssh child {pid} outlived its killed parent"

@@ -27,10 +27,10 @@ class SshSettings:
     """Seconds any single libvirt call may take before it is abandoned as transient."""
     keepalive_interval: float = 15.0
     """Seconds between SSH keepalives on an idle connection."""
-    libvirt_transport: str = "paramiko"
-    """What carries libvirt's bytes (``LIBVIRT_TRANSPORTS``): ``paramiko`` pumps them
-    through the SSH link in Python; ``openssh`` through an ``ssh -N -L`` child (the
-    system's OpenSSH client, same key and known_hosts), C all the way."""
+    libvirt_transport: str = "openssh"
+    """What carries libvirt's bytes (``LIBVIRT_TRANSPORTS``): ``openssh`` (the default)
+    through an ``ssh -N -L`` child (the system's OpenSSH client, same key and
+    known_hosts), C all the way; ``paramiko`` pumps them through the SSH link in Python."""
 
 
 LIBVIRT_TRANSPORTS = ("paramiko", "openssh")

@@ -24,18 +24,27 @@ user or system ssh_config:
 
 The process is this process's child: ``close`` (the session's teardown, a
 deadline's abort, the exit hook) terminates it; under systemd the unit's
-cgroup takes it down with the daemon in any case.
+cgroup takes it down with the daemon in any case. A process killed outside
+systemd (``kill -9`` of a ``proxyfleet apply``) runs no exit hook, so the
+child is also told to die with it: Linux's parent-death signal
+(``PR_SET_PDEATHSIG``, SIGTERM). That signal follows the *thread* that forked
+the child, and a dial may run on a worker thread that ends long before the
+process, so every child is forked by one thread that lives as long as the
+process (``_spawn``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from reconciler.adapters.hypervisor.sshbridge import private_socket_dir
@@ -60,6 +69,36 @@ CIPHERS = ",".join(
 AES-NI, ssh spends about a third of the CPU per GiB that chacha20-poly1305 takes here."""
 _POLL = 0.01
 _STOP_WAIT = 2.0
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ssh-spawner")
+"""The one thread that forks every ``ssh`` child: it lives until the process exits, so
+the children's parent-death signal fires when the process dies, not when a worker
+thread that happened to dial ends."""
+
+
+def _die_with_parent(parent: int) -> None:
+    """Runs in the child between fork and exec: SIGTERM when the forking thread dies
+    (best effort: a seccomp filter may refuse prctl; close and the unit's cgroup remain)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)  # the parent died before the signal was armed
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    """``argv`` started by the spawner thread, dying with this process."""
+    parent = os.getpid()
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: _die_with_parent(parent),
+        )
+
+    return _SPAWNER.submit(start).result()
 
 
 def ssh_command(host: Host, settings: SshSettings, local: str, *, binary: str) -> list[str]:
@@ -140,12 +179,7 @@ class OpenSshForward:
                     "PATH; install openssh-client or use the default transport",
                     host=self._host.name,
                 )
-            proc = subprocess.Popen(
-                [binary, *argv[1:]],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
+            proc = _spawn([binary, *argv[1:]])
             self._proc = proc
             reader = threading.Thread(
                 target=self._read_stderr, args=(proc,), name=f"ssh-{self._host.name}", daemon=True
