@@ -269,6 +269,9 @@ def test_the_shipped_unit_starts_ready_reaches_its_host_reloads_into_a_cycle_and
     assert "proxyfleet /var/lib/proxyfleet/repo/.git" in state, state
 
     assert_sandboxed(installed, int(shown["MainPID"]))
+    forwards = forward_children(installed, int(shown["MainPID"]))
+    assert len(forwards) == 1, f"libvirt not carried by one ssh child (the default): {forwards}"
+    assert f":{host.socket} " in forwards[0], forwards
 
     with timed("reload -> cycle", seconds):
         installed.systemctl("reload", "proxyfleet")
@@ -292,6 +295,19 @@ def test_the_shipped_unit_starts_ready_reaches_its_host_reloads_into_a_cycle_and
     }, stopped
     assert "Stopped." in installed.journal("-u", "proxyfleet", "-n", "5")
     say(request, "; ".join(f"{label} {value:.1f} s" for label, value in seconds))
+
+
+def forward_children(installed: Installed, pid: int) -> list[str]:
+    """Command lines of the daemon's ``ssh -N -L`` children (``ssh.libvirtTransport:
+    openssh``, the default), found through every thread's children: one long-lived
+    thread of the daemon forks them."""
+    listed = installed.box.run(
+        "sh",
+        "-c",
+        f"for c in $(cat /proc/{pid}/task/*/children); do "
+        "tr '\\0' ' ' < /proc/$c/cmdline; echo; done",
+    ).stdout
+    return [line for line in listed.splitlines() if " -N " in line and " -L " in line]
 
 
 def assert_sandboxed(installed: Installed, pid: int) -> None:
