@@ -13,11 +13,11 @@ deletes each.
   commit would; the bench fleet's ``maxDeletesPerRun`` is 1000, so the delete
   window of the row's fresh state dir never blocks);
   ``proxyfleet apply --yes --json`` is timed as a whole command (process
-  start, SSH dial, load, observe, guards, plan, 20 deletes four at a time,
+  start, SSH dial, load, observe, guards, plan, 20 deletes five at a time,
   the status);
 - the physical floor (``benchmarks.floors``): on the bench's own connection
-  (the SSH-forwarded socket, as proxyfleet's), four at a time as proxyfleet's
-  ``concurrency.perHost``, per VM a lookup, ``virDomainDestroy``,
+  (the SSH-forwarded socket, as proxyfleet's), five at a time as proxyfleet's
+  ``concurrency.deletesPerHost``, per VM a lookup, ``virDomainDestroy``,
   ``virDomainUndefineFlags`` and a lookup and a delete of each of its two
   volumes; its VMs (``fl-<proxy>``, rendered by proxyfleet's code) are
   created by the same libvirt loop as row 2's floor;
@@ -79,7 +79,10 @@ from benchmarks.floors import create_all, delete_all, floor_name
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.core.load.manifests import load_repo
+from reconciler.model.settings import ApplySettings
 
+DELETE_WIDTH = ApplySettings().delete_concurrency
+"""proxyfleet's deletes at once per host (``concurrency.deletesPerHost``), the floor's too."""
 FLEET = "dl"
 IMAGE_KEY = "debian12-bios"
 POLICY = (
@@ -170,10 +173,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-kcli", action="store_true", help="leave kcli out")
     parser.add_argument(
-        "--per-host",
+        "--deletes-per-host",
         type=int,
-        default=0,
-        help="proxyfleet's concurrency.perHost (a daemon config setting; default: the shipped 4)",
+        default=DELETE_WIDTH,
+        help="proxyfleet's concurrency.deletesPerHost (a daemon config setting), and the "
+        f"floor's width (default: the shipped {DELETE_WIDTH})",
     )
     parser.add_argument(
         "--verbose-log", help="write proxyfleet's -v log of each timed apply here (appended)"
@@ -191,11 +195,12 @@ def main() -> int:
     conn = hv.session.connection()
     repo, full, empty = write_repo(args.count)
     pf_cmd = apply_cmd(lab, repo, fresh_dir("delete-state"), "--json")
-    if args.per_host:
-        wide = bench_dir("delete") / f"per-host-{args.per_host}.yaml"
-        wide.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  perHost: {args.per_host}\n")
+    width = args.deletes_per_host
+    if width != DELETE_WIDTH:
+        wide = bench_dir("delete") / f"deletes-per-host-{width}.yaml"
+        wide.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  deletesPerHost: {width}\n")
         pf_cmd += ["--config", str(wide)]
-        result.note(f"proxyfleet with concurrency.perHost {args.per_host}")
+        result.note(f"proxyfleet with concurrency.deletesPerHost {width}")
     ours = f"pf-{FLEET}-"
 
     def nothing_left(prefix: str, who: str) -> None:
@@ -241,7 +246,7 @@ def main() -> int:
         create_all(conn, "default", vms, width=WIDTH)
         pause_all(conn, FLOOR_PREFIX, args.count)
         started = time.perf_counter()
-        delete_all(conn, "default", vms, width=WIDTH)
+        delete_all(conn, "default", vms, width=width)
         seconds = time.perf_counter() - started
         nothing_left(FLOOR_PREFIX, "the minimal libvirt loop")
         return seconds
@@ -288,7 +293,7 @@ def main() -> int:
     result.add("count", "VMs", [args.count])
     physical = result.add("physical", "s", timed["minimal libvirt loop"])
     result.note(
-        f"physical floor (minimal libvirt loop, {WIDTH} at a time on one connection) "
+        f"physical floor (minimal libvirt loop, {width} at a time on one connection) "
         f"{physical.text()}: proxyfleet apply {pf.median / physical.median:.2f}x"
     )
     what = f"{args.count} paused VMs with their volumes, nothing left on the host after any"

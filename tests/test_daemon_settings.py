@@ -50,7 +50,7 @@ listen: "[::1]:9000"
 webhook: {secretFile: hook.secret}
 status: {enabled: false, branch: status, path: .status, history: 3, pushAttempts: 5}
 log: {level: debug, format: json}
-concurrency: {perHost: 4}
+concurrency: {perHost: 4, deletesPerHost: 8}
 replaceTimeoutSeconds: 240
 hungAfterSeconds: 900
 stateDir: /srv/proxyfleet
@@ -73,6 +73,7 @@ stateDir: /srv/proxyfleet
     assert not settings.status.enabled and settings.status.history == 3
     assert (settings.log.level, settings.log.format) == ("debug", "json")
     assert settings.concurrency.per_host == 4
+    assert settings.concurrency.deletes_per_host == 8
     assert settings.replace_timeout == 240.0
     assert settings.hung_after == 900.0
     assert settings.state_dir == Path("/srv/proxyfleet")

@@ -150,6 +150,57 @@ def test_a_per_host_concurrency_of_one_runs_a_host_serially() -> None:
     ]
 
 
+def gauged(host: LocalFakeHost, method: str) -> Gauge:
+    """A gauge of ``method``'s calls in flight on ``host`` alone."""
+    gauge, original = Gauge(), getattr(host, method)
+
+    def call(target: object) -> None:
+        with gauge:
+            original(target)
+
+    setattr(host, method, call)
+    return gauge
+
+
+def gone(proxy: str) -> Delete:
+    return Delete(reason="no manifest", proxy=proxy, host="kvm01", domain=f"pf-home-{proxy}-0")
+
+
+def test_deletes_run_five_at_once_on_a_host_beside_other_actions_held_at_four() -> None:
+    # A delete's time is QEMU's exit; it frees what it holds. libvirtd serves five calls at
+    # once on one connection, so deletes may use them all while creates keep to four.
+    news = [f"n{i}" for i in range(8)]
+    run, host = one_host_run(*news)
+    host.call_seconds = 0.05
+    olds = [f"o{i}" for i in range(12)]
+    for proxy in olds:
+        host.domains[f"pf-home-{proxy}-0"] = Domain(
+            f"pf-home-{proxy}-0", DomainState.RUNNING, Owner("home", proxy, OLD_DIGEST)
+        )
+    creates, deletes = gauged(host, "create"), gauged(host, "delete")
+
+    outcomes = run.execute(*(create(p) for p in news), *(gone(p) for p in olds))
+
+    assert {o.result for o in outcomes} == {ActionResult.SUCCEEDED}
+    assert (creates.max, deletes.max, host.gauge.max) == (4, 5, 5)
+
+
+def test_deletes_per_host_bounds_deletes_even_below_the_other_actions_width() -> None:
+    run, host = one_host_run(settings=ApplySettings(per_host_concurrency=4, delete_concurrency=2))
+    host.call_seconds = 0.05
+    olds = [f"o{i}" for i in range(6)]
+    for proxy in olds:
+        host.domains[f"pf-home-{proxy}-0"] = Domain(
+            f"pf-home-{proxy}-0", DomainState.RUNNING, Owner("home", proxy, OLD_DIGEST)
+        )
+
+    outcomes = run.execute(*(gone(p) for p in olds))
+
+    assert {o.result for o in outcomes} == {ActionResult.SUCCEEDED}
+    assert host.gauge.max == 2
+    assert host.domains == {}
+
+
 def test_a_transient_error_is_retried_with_backoff_and_jitter_then_succeeds() -> None:
     run, host = one_host_run("a")
     host.failures[("create", "pf-home-a-dddddddd")] = [TransientError("link down")] * 2

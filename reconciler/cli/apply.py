@@ -178,6 +178,7 @@ def build_engine(
     prober: Prober = HttpProber()
     apply = ApplySettings(
         per_host_concurrency=settings.concurrency.per_host,
+        delete_concurrency=settings.concurrency.deletes_per_host,
         replace_timeout=settings.replace_timeout,
     )
     if getattr(args, "no_wait", False):

@@ -92,6 +92,7 @@ def build_engine(
         prober=prober if prober is not None else HttpProber(),
         settings=ApplySettings(
             per_host_concurrency=settings.concurrency.per_host,
+            delete_concurrency=settings.concurrency.deletes_per_host,
             replace_timeout=settings.replace_timeout,
         ),
         runtime=Runtime.interruptible(stop),

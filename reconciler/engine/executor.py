@@ -3,7 +3,8 @@
 The executor never decides anything, and never looks anything up: the planner
 did, and each typed action carries what it resolved. It runs the plan's
 mutating actions (create, start, relabel, replace, delete, cleanup) in parallel across hosts,
-at most ``per_host_concurrency`` at a time on one host, and turns every
+at most ``per_host_concurrency`` at a time on one host (deletes: ``delete_concurrency``,
+since a delete frees what it holds), and turns every
 result, including a bug, into an ``ActionOutcome``. Keep, blocked and abandon
 make no call at all.
 
@@ -147,28 +148,36 @@ class Executor:
         for index in indexes:
             queues.setdefault(actions[index].host or "", deque()).append(index)
         results: dict[int, ActionOutcome] = {}
+        width = max(1, self._settings.per_host_concurrency)
+        delete_width = max(1, self._settings.delete_concurrency)
+        slots = {
+            host: (threading.BoundedSemaphore(width), threading.BoundedSemaphore(delete_width))
+            for host in queues
+        }
         workers = [
             (host, queue)
             for host, queue in sorted(queues.items())
-            for _ in range(min(max(1, self._settings.per_host_concurrency), len(queue)))
+            for _ in range(min(_width(actions, queue, width, delete_width), len(queue)))
         ]
         if not workers:
             return results
         lock = threading.Lock()
 
-        def work(queue: deque[int]) -> None:
+        def work(host: str, queue: deque[int]) -> None:
+            others, deletes = slots[host]
             while True:
                 with lock:
                     if not queue:
                         return
                     index = queue.popleft()
-                outcome = self._run_guarded(actions[index])
+                with deletes if isinstance(actions[index], Delete) else others:
+                    outcome = self._run_guarded(actions[index])
                 self._runtime.progress.touch()
                 with lock:
                     results[index] = outcome
 
         with ThreadPoolExecutor(len(workers), thread_name_prefix="apply") as pool:
-            futures = [pool.submit(work, queue) for _, queue in workers]
+            futures = [pool.submit(work, host, queue) for host, queue in workers]
             for future in futures:
                 future.result()
         return results
@@ -379,3 +388,11 @@ def _describe(action: Action) -> str:
     if isinstance(action, Cleanup):
         return f"Cleanup of {', '.join(action.volumes)} on {action.host}"
     return f"{action.kind.value.capitalize()} of {target}"
+
+
+def _width(actions: list[Action], queue: deque[int], width: int, delete_width: int) -> int:
+    """Workers for one host's queue: deletes may run ``delete_width`` at once, everything
+    else ``width``; each kind is held to its own bound by a semaphore."""
+    has_deletes = any(isinstance(actions[i], Delete) for i in queue)
+    has_others = any(not isinstance(actions[i], Delete) for i in queue)
+    return max(width if has_others else 1, delete_width if has_deletes else 1)

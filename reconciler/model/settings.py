@@ -42,6 +42,10 @@ class ApplySettings:
 
     per_host_concurrency: int = 4
     """Actions running at once on one host; hosts themselves run in parallel."""
+    delete_concurrency: int = 5
+    """Deletes running at once on one host, beside (not within) ``per_host_concurrency``'s
+    other actions: a delete frees what it holds, and its time is QEMU's exit. 5 is the
+    number of calls libvirtd serves at once on one connection (``max_client_requests``)."""
     max_attempts: int = 5
     """Tries per host call on transient errors, the first included."""
     retry_base_delay: float = 2.0
@@ -152,6 +156,8 @@ class LogSettings:
 class ConcurrencySettings:
     per_host: int = 4
     """Actions running at the same time on one host (hosts themselves run in parallel)."""
+    deletes_per_host: int = 5
+    """Deletes running at the same time on one host (``ApplySettings.delete_concurrency``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,12 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         ),
         replace_timeout=float(doc.get("replaceTimeoutSeconds", d.replace_timeout)),
         concurrency=ConcurrencySettings(
-            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", d.concurrency.per_host))
+            per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", d.concurrency.per_host)),
+            deletes_per_host=int(
+                dict(_pairs(doc, "concurrency")).get(
+                    "deletesPerHost", d.concurrency.deletes_per_host
+                )
+            ),
         ),
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
