@@ -10,8 +10,9 @@ Scenarios, in file order, sharing one apply and two guests:
    blocked with every host's numbers; ``r-full`` (tiny, pinned to A) lands on A.
 3. During that apply's health wait libvirtd on B is stopped until the apply has met its
    missing socket (sshd's "Connect failed", told apart as "libvirt's socket ... is
-   missing"), then started: the apply goes on over streamlocal (no "refuses unix socket
-   forwarding", no virt-ssh-helper), r-big serves, ``hosts check`` says ``via streamlocal``.
+   missing"), then started: the apply goes on over the forwarded socket (no "refuses unix
+   socket forwarding", no virt-ssh-helper), r-big serves, ``hosts check`` says ``via
+   openssh-streamlocal`` (the default transport's ``ssh -N -L`` child, restarted).
 4. ``proxyfleet console r-big`` in a pty: Enter brings the guest's serial getty (``r-big
    login:``), a second console without --force is refused, Ctrl-] detaches with exit 0
    (issue 16).
@@ -269,14 +270,16 @@ def test_a_libvirtd_restart_keeps_streamlocal(fleet: Fleet) -> None:
         if when > fleet.restarted_at and re.search(rf"rpc=\w+ host={fleet.roomy} .*duration", msg)
     ]
     assert later, applied.log[-4000:]
-    assert any(msg.startswith("rpc=virConnectOpen") and "via=streamlocal" in msg for msg in later)
+    assert any(
+        msg.startswith("rpc=virConnectOpen") and "via=openssh-streamlocal" in msg for msg in later
+    ), later
     check = fleet.cli("hosts", "check", "--no-kvm-probe", "--json", "--host", fleet.roomy)
     # Only the SSH item is this scenario's: the capacity item reads the machine's free
     # memory at that moment, which the other labs on this machine move (once 249 MiB).
     assert check.returncode in (0, 2), check.stdout + check.stderr
     reports = {r["host"]: r for r in json.loads(check.stdout)}
     ssh = next(i for i in reports[fleet.roomy]["items"] if i["name"] == "ssh")
-    assert ssh["ok"] and ssh["detail"].endswith("via streamlocal"), ssh
+    assert ssh["ok"] and ssh["detail"].endswith("via openssh-streamlocal"), ssh
 
 
 def test_console_attaches_a_terminal_to_the_vms_serial_getty_and_ctrl_bracket_detaches(
