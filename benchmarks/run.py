@@ -37,7 +37,7 @@ from benchmarks.common import (
     load_text,
     machine_info,
 )
-from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
+from reconciler.model.settings import LIBVIRT_TRANSPORTS, ApplySettings, SshSettings
 
 DOC = ROOT / "docs" / "performance.md"
 BEGIN = "<!-- bench:begin (written by make bench; edit outside these markers) -->"
@@ -157,7 +157,10 @@ def physical_line(r: Result, what: str, target: float | None) -> Line | None:
 def create_floor_lines(r: Result) -> list[Line]:
     """Row 2's two comparisons: kcli, then the physical floor."""
     line = physical_line(
-        r, "2a. create 20 VMs against the physical floor (same calls, 4 at a time)", 1.2
+        r,
+        "2a. create 20 VMs against the physical floor "
+        f"(same calls, {ApplySettings().per_host_concurrency} at a time)",
+        1.2,
     )
     return [*create_lines(r), *([line] if line else [])]
 
@@ -175,7 +178,10 @@ def delete_lines(r: Result) -> list[Line]:
             _met(pf.median / kcli.median <= 0.25) if kcli else "-",
         )
     ]
-    line = physical_line(r, f"2d. delete {n} VMs against the physical floor (4 at a time)", None)
+    width = ApplySettings().delete_concurrency
+    line = physical_line(
+        r, f"2d. delete {n} VMs against the physical floor ({width} at a time)", None
+    )
     return lines + ([line] if line else [])
 
 
