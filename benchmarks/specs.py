@@ -36,17 +36,7 @@ def vm_specs(
         machine = fleet.machine_type(proxy.placement.machine_type)
         assert image is not None and machine is not None
         digest = proxy_digest(proxy, host, image=image, machine_type=machine)
-        vm = NewVm(
-            fleet=fleet.name,
-            proxy=proxy.name,
-            host=host,
-            image=image,
-            machine_type=machine,
-            cloud_init=proxy.cloud_init,
-            install_guest_agent=proxy.install_guest_agent,
-            protect=proxy.lifecycle.protect,
-            health=proxy.health,
-        )
+        vm = NewVm.of(fleet.name, proxy, host, image, machine)
         specs.append(
             vm.spec(
                 domain=(name or (lambda p, d: domain_name(fleet.name, p, d)))(proxy.name, digest),

@@ -410,14 +410,4 @@ def new_vm(repo: Repo, proxy_name: str, host_name: str) -> NewVm:
     image = repo.fleet.image(proxy.placement.image) if proxy is not None else None
     machine = repo.fleet.machine_type(proxy.placement.machine_type) if proxy is not None else None
     assert proxy is not None and host is not None and image is not None and machine is not None
-    return NewVm(
-        fleet=repo.fleet.name,
-        proxy=proxy.name,
-        host=host,
-        image=image,
-        machine_type=machine,
-        cloud_init=proxy.cloud_init,
-        install_guest_agent=proxy.install_guest_agent,
-        protect=proxy.lifecycle.protect,
-        health=proxy.health,
-    )
+    return NewVm.of(repo.fleet.name, proxy, host, image, machine)

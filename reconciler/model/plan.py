@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from reconciler.model.fleet import CloudInit, HealthCheck, Host, Image, MachineType
+from reconciler.model.fleet import CloudInit, HealthCheck, Host, Image, MachineType, Proxy
 from reconciler.model.inventory import Owner
 from reconciler.model.vm import VmSpec, base_volume_name
 
@@ -72,6 +72,23 @@ class NewVm:
     install_guest_agent: bool
     protect: bool
     health: HealthCheck
+
+    @classmethod
+    def of(
+        cls, fleet: str, proxy: Proxy, host: Host, image: Image, machine_type: MachineType
+    ) -> NewVm:
+        """The new VM of ``proxy`` on ``host``, with its manifest's image and machine type."""
+        return cls(
+            fleet=fleet,
+            proxy=proxy.name,
+            host=host,
+            image=image,
+            machine_type=machine_type,
+            cloud_init=proxy.cloud_init,
+            install_guest_agent=proxy.install_guest_agent,
+            protect=proxy.lifecycle.protect,
+            health=proxy.health,
+        )
 
     def spec(
         self, *, domain: str, digest: str, image_sha256: str, revision: str, created: str

@@ -377,17 +377,7 @@ class _Planner:
         )
 
     def _new(self, proxy: Proxy, made: Made, host: str) -> NewVm:
-        return NewVm(
-            fleet=self.fleet.name,
-            proxy=proxy.name,
-            host=self.hosts[host],
-            image=made.image,
-            machine_type=made.machine_type,
-            cloud_init=proxy.cloud_init,
-            install_guest_agent=proxy.install_guest_agent,
-            protect=proxy.lifecycle.protect,
-            health=proxy.health,
-        )
+        return NewVm.of(self.fleet.name, proxy, self.hosts[host], made.image, made.machine_type)
 
     def _wanted_domain(self, proxy_name: str, host: str) -> str | None:
         """The domain a VM of ``proxy_name`` would get on ``host`` now (None: no manifest)."""
