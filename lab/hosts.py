@@ -319,7 +319,9 @@ def _daemons(host: HostLayout) -> list[tuple[str, list[str]]]:
     python = "python3" if host_root(host) else sys.executable
     return [
         ("virtlogd", ["/usr/sbin/virtlogd"]),
-        ("libvirtd", ["/usr/sbin/libvirtd"]),
+        # Under lab.reaper: an exited QEMU is reaped at once, as systemd does on a
+        # hypervisor (this machine's PID 1 takes seconds, which every destroy waited for).
+        ("libvirtd", [python, "-m", "lab.reaper", "/usr/sbin/libvirtd"]),
         ("sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", str(st / "sshd_config")]),
         (
             "dnsmasq",
