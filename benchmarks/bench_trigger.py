@@ -27,6 +27,7 @@ import argparse
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -159,7 +160,16 @@ def main() -> int:
             "log:\n  level: debug\n"
             f"stateDir: {state / kind}\n"
         )
-        (state / kind).mkdir(parents=True, exist_ok=True)
+        kept = state / kind
+        kept.mkdir(parents=True, exist_ok=True)
+        # Only the image cache is kept: the repo is new each bench, and a checkout of the
+        # last one would make its head a non-fast-forward, which the daemon refuses.
+        for entry in kept.iterdir():
+            if entry.name != "images":
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
         return path
 
     def clean() -> None:

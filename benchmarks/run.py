@@ -18,6 +18,7 @@ that it can run beside the tests and the demo), or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -69,8 +70,16 @@ ROWS = (
 )
 
 
-def run_row(row: Row, runs: int, scratch: Path) -> tuple[Result | None, float]:
+def run_row(
+    row: Row, runs: int, scratch: Path, *, reuse: bool = False
+) -> tuple[Result | None, float | None]:
+    """Run one row's benchmark (its JSON and seconds land in ``scratch``); with ``reuse``,
+    a row whose JSON is already there is read instead."""
     out = scratch / f"{row.key}.json"
+    took = scratch / f"{row.key}.seconds"
+    if reuse and out.exists():
+        print(f"\n=== {row.key}: reused {out} ===", flush=True)
+        return Result.load(out), float(took.read_text()) if took.exists() else None
     runs = min(runs, row.max_runs) if row.max_runs else runs
     started = time.monotonic()
     print(f"\n=== {row.key} ===", flush=True)
@@ -80,6 +89,7 @@ def run_row(row: Row, runs: int, scratch: Path) -> tuple[Result | None, float]:
         check=False,
     )
     seconds = time.monotonic() - started
+    took.write_text(f"{seconds:.0f}\n")
     if proc.returncode != 0 or not out.exists():
         print(f"=== {row.key} failed (exit {proc.returncode}) ===", flush=True)
         return None, seconds
@@ -303,7 +313,7 @@ def render(
     *,
     runs: int,
     started: datetime,
-    seconds: dict[str, float],
+    seconds: dict[str, float | None],
 ) -> str:
     parts = [
         f"Measured {started:%Y-%m-%d %H:%M} UTC on lab instance {lab_instance()}: "
@@ -317,7 +327,7 @@ def render(
         "",
     ]
     for key, result in results.items():
-        took = f" [{seconds[key]:.0f} s]"
+        took = f" [{seconds[key]:.0f} s]" if seconds[key] is not None else " [reused]"
         if result is None:
             parts.append(f"- **{key}**: failed; run it alone to see why{took}")
             continue
@@ -344,6 +354,17 @@ def main() -> int:
         "--rows", default=",".join(r.key for r in ROWS), help="comma-separated subset"
     )
     parser.add_argument("--no-doc", action="store_true", help="print only")
+    parser.add_argument(
+        "--json-dir",
+        type=Path,
+        help="keep every row's result here (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --json-dir: a row whose result is already there is read, not run "
+        "(finish a make bench that one row stopped)",
+    )
     args = parser.parse_args()
     wanted = args.rows.split(",")
     started = datetime.now(UTC)
@@ -352,11 +373,18 @@ def main() -> int:
     machine = machine_info()
     print("\n".join(f"{k}: {v}" for k, v in machine.items()), flush=True)
     results: dict[str, Result | None] = {}
-    seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="pf-bench-") as scratch:
+    seconds: dict[str, float | None] = {}
+    with contextlib.ExitStack() as stack:
+        if args.json_dir is not None:
+            args.json_dir.mkdir(parents=True, exist_ok=True)
+            scratch = args.json_dir
+        else:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pf-bench-")))
         for row in ROWS:
             if row.key in wanted:
-                results[row.key], seconds[row.key] = run_row(row, args.runs, Path(scratch))
+                results[row.key], seconds[row.key] = run_row(
+                    row, args.runs, scratch, reuse=args.reuse
+                )
     machine["load average"] += f" at the start; {load_text(os.getloadavg())} at the end"
     lines: list[Line] = []
     for key, result in results.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.bench_delete import left_in_dirs, named
 from benchmarks.common import Result
-from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines
+from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines, run_row
 
 
 def result(row: str, **samples: list[float]) -> Result:
@@ -86,3 +86,20 @@ def test_leftover_domains_and_volumes_are_those_with_the_prefix() -> None:
     names = ["kc-1", "pf-dl-dl-00-0a1b2c3d", "kc-10", "kcx"]
 
     assert named("domain", names, "kc-") == ["domain kc-1", "domain kc-10"]
+
+
+def test_a_reused_row_is_read_from_the_kept_results_and_not_run(tmp_path: Path) -> None:
+    row = next(r for r in ROWS if r.key == "plan")
+    kept = result("plan", proxyfleet=[0.2, 0.1, 0.3])
+    kept.dump(tmp_path / "plan.json")
+    (tmp_path / "plan.seconds").write_text("7\n")
+    loaded, seconds = run_row(row, 3, tmp_path, reuse=True)
+    assert loaded is not None
+    assert loaded.metrics["proxyfleet"].median == 0.2
+    assert seconds == 7.0
+
+
+def test_a_reused_row_without_its_seconds_says_so_instead_of_a_time(tmp_path: Path) -> None:
+    row = next(r for r in ROWS if r.key == "plan")
+    result("plan", proxyfleet=[0.2]).dump(tmp_path / "plan.json")
+    assert run_row(row, 3, tmp_path, reuse=True)[1] is None

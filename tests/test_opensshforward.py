@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.hypervisor.opensshforward import OpenSshForward, ssh_command
+from reconciler.adapters.hypervisor.opensshforward import OpenSshForward, listening, ssh_command
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Host, HostNetwork
 from reconciler.model.settings import SshSettings
@@ -140,12 +141,24 @@ def test_close_removes_the_private_socket_directory(tmp_path: Path) -> None:
     assert not directory.exists()
 
 
-LISTENS = (
-    'for arg; do case "$arg" in *:/var/run/*) sock="${arg%%:*}";; esac; done\n'
-    'echo $$ > "$PIDFILE"\n: > "$sock"\nexec sleep 60'
-)
-"""A fake ``ssh`` that "listens" (creates the -L socket path, all prepare waits for),
-writes its pid to $PIDFILE and then sleeps."""
+def listens_after(seconds: float) -> str:
+    """A fake ``ssh`` that writes its pid to $PIDFILE, binds the -L socket at once and
+    listens on it ``seconds`` later (as ssh does, bind() then listen()), then sleeps."""
+    server = (
+        "import socket, sys, time\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.bind(sys.argv[1])\n"
+        f"time.sleep({seconds})\n"
+        "s.listen()\n"
+        "time.sleep(60)\n"
+    )
+    return (
+        'for arg; do case "$arg" in *:/var/run/*) sock="${arg%%:*}";; esac; done\n'
+        f'echo $$ > "$PIDFILE"\nexec {sys.executable} -c \'{server}\' "$sock"'
+    )
+
+
+LISTENS = listens_after(0)
 
 
 def wait_gone(pid: int, seconds: float = 10.0) -> bool:
@@ -198,3 +211,31 @@ def test_a_process_killed_with_sigkill_takes_its_ssh_child_with_it(tmp_path: Pat
 
     pid = int((tmp_path / "pid").read_text())
     assert wait_gone(pid), f"ssh child {pid} outlived its killed parent"
+
+
+def test_a_socket_that_exists_but_does_not_listen_yet_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ssh binds the -L socket (the file appears) before it listens; a connect in between
+    # is refused, which a loaded machine showed as a failed virConnectOpen.
+    monkeypatch.setenv("PIDFILE", str(tmp_path / "pid"))
+    forward = OpenSshForward(
+        HOST, settings(tmp_path), binary=fake_ssh(tmp_path, listens_after(1.0))
+    )
+    try:
+        forward.prepare()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(forward.path)
+    finally:
+        forward.close()
+
+
+def test_only_a_listening_socket_counts_as_listening(tmp_path: Path) -> None:
+    path = str(tmp_path / "sock")
+    assert not listening(path)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        assert not listening(path)
+        server.listen()
+        assert listening(path)
+    assert not listening(path)

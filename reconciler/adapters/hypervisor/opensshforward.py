@@ -101,6 +101,35 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     return _SPAWNER.submit(start).result()
 
 
+_ACCEPTING = 0x10000
+"""``__SO_ACCEPTCON`` in /proc/net/unix's Flags: the socket listens."""
+
+
+def listening(path: str) -> bool:
+    """Whether a unix socket at ``path`` accepts connections.
+
+    ssh creates the ``-L`` socket with bind(), which makes the file, and then calls
+    listen(): a connect in between is refused (ECONNREFUSED), which a loaded machine
+    showed as a failed ``virConnectOpen``. So the file is not enough; the kernel's
+    socket table (/proc/self/net/unix, there under systemd's ProcSubset=pid too)
+    must say the socket at that path listens. Where it
+    cannot be read, the file is all there is to go by.
+    """
+    if not os.path.exists(path):
+        return False
+    try:
+        table = Path("/proc/self/net/unix").read_text(errors="replace")
+    except OSError:
+        return True
+    suffix = " " + path
+    for line in table.splitlines()[1:]:
+        if line.endswith(suffix):
+            fields = line.split()
+            if len(fields) >= 8 and int(fields[3], 16) & _ACCEPTING:
+                return True
+    return False
+
+
 def ssh_command(host: Host, settings: SshSettings, local: str, *, binary: str) -> list[str]:
     """The ``ssh`` command line that forwards ``local`` to ``host``'s libvirt socket."""
     options = {
@@ -199,7 +228,7 @@ class OpenSshForward:
 
     def _wait_listening(self, proc: subprocess.Popen[bytes], reader: threading.Thread) -> None:
         deadline = time.monotonic() + self._settings.connect_timeout
-        while not os.path.exists(self.path):
+        while not listening(self.path):
             if proc.poll() is not None:
                 reader.join(_STOP_WAIT)
                 raise TransientError(
