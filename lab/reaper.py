@@ -40,8 +40,9 @@ def run(argv: list[str]) -> int:
     if child == 0:  # pragma: no cover - replaced by exec
         try:
             os.execvp(argv[0], argv)
-        finally:
-            os._exit(127)
+        except OSError as exc:
+            print(f"lab.reaper: cannot run {argv[0]}: {exc}", file=sys.stderr, flush=True)
+        os._exit(127)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -69,6 +69,19 @@ def test_the_reaper_exits_when_the_wrapped_daemon_exits() -> None:
     assert proc.wait(10) == 3
 
 
+def test_a_daemon_that_cannot_be_run_exits_127_and_says_why() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lab.reaper", "/no/such/daemon"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    assert "cannot run /no/such/daemon" in err
+
+
 def test_every_lab_host_runs_libvirtd_under_the_reaper() -> None:
     layout = HostLayout(1)
     argv = dict(hosts._daemons(layout))["libvirtd"]
