@@ -18,11 +18,12 @@ from lab.config import HostLayout
 REPO = Path(__file__).resolve().parents[1]
 
 
-def reaper(*argv: str) -> subprocess.Popen[bytes]:
+def reaper(*argv: str, stderr: int | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "lab.reaper", *argv],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=stderr,
     )
 
 
@@ -70,16 +71,10 @@ def test_the_reaper_exits_when_the_wrapped_daemon_exits() -> None:
 
 
 def test_a_daemon_that_cannot_be_run_exits_127_and_says_why() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lab.reaper", "/no/such/daemon"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = reaper("/no/such/daemon", stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 127
-    assert "cannot run /no/such/daemon" in err
+    assert "cannot run /no/such/daemon" in err.decode()
 
 
 def test_every_lab_host_runs_libvirtd_under_the_reaper() -> None:

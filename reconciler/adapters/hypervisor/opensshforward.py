@@ -102,7 +102,7 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
 
 
 _ACCEPTING = 0x10000
-"""``__SO_ACCEPTCON`` in /proc/net/unix's Flags: the socket listens."""
+"""``__SO_ACCEPTCON`` in /proc/self/net/unix's Flags: the socket listens."""
 
 
 def listening(path: str) -> bool:
@@ -111,9 +111,9 @@ def listening(path: str) -> bool:
     ssh creates the ``-L`` socket with bind(), which makes the file, and then calls
     listen(): a connect in between is refused (ECONNREFUSED), which a loaded machine
     showed as a failed ``virConnectOpen``. So the file is not enough; the kernel's
-    socket table (/proc/self/net/unix, there under systemd's ProcSubset=pid too)
-    must say the socket at that path listens. Where it
-    cannot be read, the file is all there is to go by.
+    socket table (/proc/self/net/unix, there under systemd's ProcSubset=pid too) must
+    say the socket at that path listens. Where it cannot be read, the file is all
+    there is to go by.
     """
     if not os.path.exists(path):
         return False
