@@ -15,6 +15,10 @@ The other side is OpenSSH's ``scp`` of the same file through the same sshd
 into the same pool directory, over a master connection opened beforehand
 (``ControlMaster``), as proxyfleet's connection is open before its run too.
 
+``--chunk-kib 256,128`` makes each upload chunk size (``uploadstream.CHUNK``, the size of
+every stream message libvirtd receives and writes) a contender of its own, for
+comparing them in one alternating run; the default is the shipped size alone.
+
 With ``--hosts N`` (row 3b: 3) the same image goes to N lab hosts at once: proxyfleet
 one ``ensure_image`` per host on a thread each (as the executor uploads a base to
 several hosts), against N ``scp`` running at once; MB/s are summed over the hosts.
@@ -47,6 +51,7 @@ from benchmarks.common import (
     lab_ssh,
     lab_up,
 )
+from reconciler.adapters.hypervisor import uploadstream
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image, ImageFormat
 from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
@@ -119,6 +124,12 @@ def run_nth(calls: list[Callable[[], object]], index: int) -> None:
     calls[index]()
 
 
+def with_chunk(chunk: int, fn: Callable[[], object]) -> None:
+    """``fn`` with the upload stream's chunk size set to ``chunk`` bytes."""
+    uploadstream.CHUNK = chunk
+    fn()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="file size in MiB")
@@ -132,8 +143,15 @@ def main() -> int:
         help="ssh.libvirtTransport values of proxyfleet's side, each a contender of its own "
         f"(default: all; proxyfleet's default is {SshSettings().libvirt_transport})",
     )
+    parser.add_argument(
+        "--chunk-kib",
+        default=str(uploadstream.CHUNK // 1024),
+        help="upload chunk sizes in KiB, each a contender of its own "
+        f"(default: the shipped {uploadstream.CHUNK // 1024})",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
+    chunks = [int(kib) * 1024 for kib in args.chunk_kib.split(",")]
     transports = args.transports.split(",")
     unknown = set(transports) - set(LIBVIRT_TRANSPORTS)
     if unknown:
@@ -182,9 +200,10 @@ def main() -> int:
             uploads: list[Callable[[], object]] = [
                 partial(one.ensure_image, image, path) for one in ones
             ]
-            contenders[f"proxyfleet ensure_image ({transport})"] = partial(
-                at_once, partial(run_nth, uploads)
-            )
+            for chunk in chunks:
+                contenders[contender(transport, chunk, chunks)] = partial(
+                    with_chunk, chunk, partial(at_once, partial(run_nth, uploads))
+                )
         timed = alternate(contenders, runs=args.runs, between=clean)
         via = {transport: ones[0].session.via for transport, ones in hvs.items()}
     finally:
@@ -201,16 +220,24 @@ def main() -> int:
     result.add("hosts", "hosts", [len(hosts)])
     what = "1 host" if len(hosts) == 1 else f"{len(hosts)} hosts at once, MB/s summed"
     for transport in transports:
-        seconds = timed[f"proxyfleet ensure_image ({transport})"]
-        pf = result.add(f"proxyfleet_{transport}", "MB/s", [total / 1e6 / s for s in seconds])
-        result.add(f"proxyfleet_{transport}_seconds", "s", seconds)
-        result.note(
-            f"proxyfleet, ssh.libvirtTransport {transport} (libvirt over {via[transport]}): "
-            f"{pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
-            f"({args.mib} MiB to {what}, sha256 verified while streaming)"
-        )
+        for chunk in chunks:
+            key = f"proxyfleet_{transport}" + (f"_{chunk // 1024}k" if len(chunks) > 1 else "")
+            seconds = timed[contender(transport, chunk, chunks)]
+            pf = result.add(key, "MB/s", [total / 1e6 / s for s in seconds])
+            result.add(f"{key}_seconds", "s", seconds)
+            result.note(
+                f"proxyfleet, ssh.libvirtTransport {transport} (libvirt over {via[transport]}"
+                f", {chunk // 1024} KiB chunks): "
+                f"{pf.text(0)}, scp {floor.text(0)}: ratio {pf.median / floor.median:.2f}x "
+                f"({args.mib} MiB to {what}, sha256 verified while streaming)"
+            )
     emit(result, args.json)
     return 0
+
+
+def contender(transport: str, chunk: int, chunks: list[int]) -> str:
+    label = f"proxyfleet ensure_image ({transport})"
+    return label if len(chunks) == 1 else f"{label} {chunk // 1024} KiB"
 
 
 if __name__ == "__main__":
