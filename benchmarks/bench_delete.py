@@ -15,6 +15,14 @@ deletes each.
   ``proxyfleet apply --yes --json`` is timed as a whole command (process
   start, SSH dial, load, observe, guards, plan, 20 deletes five at a time,
   the status);
+- the daemon (``proxyfleet -v run``, file watch on the repo's path, as row 4;
+  a state dir of its own, emptied but for its image cache before each run):
+  started once its side's 20 VMs are created (by ``apply``, untimed) and
+  paused, and once its startup reconcile has finished (20 paused keeps), the
+  same next commit is made; timed from the commit to the end of the last of the
+  40 volume deletes, read from its trace (each line says when a call ended).
+  This is the path an operator's commit takes; the daemon keeps its imports,
+  repo and host connection, so none of ``apply``'s start-up is in it;
 - the physical floor (``benchmarks.floors``): on the bench's own connection
   (the SSH-forwarded socket, as proxyfleet's), five at a time as proxyfleet's
   ``concurrency.deletesPerHost``, per VM a lookup, ``virDomainDestroy``,
@@ -39,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +67,7 @@ from benchmarks.bench_create import (
     remove_vms,
     rendered,
 )
+from benchmarks.bench_trigger import FINISHED, Daemon, free_port, rpc_ends
 from benchmarks.common import (
     BENCH_VENV,
     Result,
@@ -87,7 +97,7 @@ FLEET = "dl"
 IMAGE_KEY = "debian12-bios"
 POLICY = (
     "prune: true\n    maxDeletesPerRun: 1000\n    drift: correct\n"
-    "    overcommit: {cpu: 20, disk: 10}"
+    "    overcommit: {cpu: 20, disk: 10, memory: 4}"
 )
 EMPTY_POLICY = POLICY + "\n    allowEmpty: true\n    acknowledgeShrinkTo: 0"
 HOST_DIRS = (
@@ -251,8 +261,60 @@ def main() -> int:
         nothing_left(FLOOR_PREFIX, "the minimal libvirt loop")
         return seconds
 
+    daemon_state = bench_dir("delete-daemon-state")  # kept: only its image cache survives a run
+
+    def daemon_config(index: int) -> Path:
+        for entry in daemon_state.iterdir():
+            if entry.is_dir() and entry.name != "images":
+                shutil.rmtree(entry)
+            elif not entry.is_dir():
+                entry.unlink()
+        path = bench_dir("delete") / f"daemon-{index}.yaml"
+        path.write_text(
+            f"repo:\n  url: '{repo}'\n  branch: main\n"
+            "interval: 3600\njitter: 0\n"
+            f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
+            f"listen: 127.0.0.1:{free_port()}\n"
+            "status:\n  enabled: false\n"
+            "log:\n  level: debug\n"
+            f"concurrency:\n  deletesPerHost: {width}\n"
+            f"stateDir: {daemon_state}\n"
+        )
+        return path
+
+    runs = iter(range(1_000_000))
+
+    def by_daemon() -> float:
+        index = next(runs)
+        git(repo, "reset", "-q", "--hard", full)
+        made = outcomes(run([*pf_cmd, "--no-wait"]), "create", ok=3)
+        if made != args.count:
+            raise SystemExit(f"proxyfleet created {made} of {args.count}")
+        pause_all(conn, ours, args.count)
+        daemon = Daemon(
+            daemon_config(index), bench_dir("delete") / f"daemon-{index}.log", dict(os.environ)
+        )
+        try:
+            daemon.wait_for(FINISHED)
+            time.sleep(0.5)  # idle: the watcher armed, the loop waiting
+            git(repo, "reset", "-q", "--hard", empty)
+            committed = time.time()
+            daemon.wait_for("rpc=virStorageVolDelete ", count=2 * args.count, timeout=300)
+            text = daemon.text()
+        finally:
+            daemon.stop()
+        if args.verbose_log:
+            with open(args.verbose_log, "a") as log:
+                log.write(text)
+        ends = [t for t in rpc_ends(text, "virStorageVolDelete") if t >= committed]
+        if len(ends) != 2 * args.count:
+            raise SystemExit(f"the daemon deleted {len(ends)} volumes, not {2 * args.count}")
+        nothing_left(ours, "proxyfleet run")
+        return max(ends) - committed
+
     contenders: dict[str, Callable[[], float | None]] = {
         "proxyfleet apply": proxyfleet,
+        "proxyfleet run": by_daemon,
         "minimal libvirt loop": minimal,
     }
     have_kcli = kcli_bin().exists() and not args.no_kcli
@@ -290,18 +352,25 @@ def main() -> int:
         remove_vms(hv, conn, FLEET)
         hv.close()
     pf = result.add("proxyfleet", "s", timed["proxyfleet apply"])
+    by_run = result.add("daemon", "s", timed["proxyfleet run"])
     result.add("count", "VMs", [args.count])
     physical = result.add("physical", "s", timed["minimal libvirt loop"])
     result.note(
         f"physical floor (minimal libvirt loop, {width} at a time on one connection) "
-        f"{physical.text()}: proxyfleet apply {pf.median / physical.median:.2f}x"
+        f"{physical.text()}: proxyfleet apply {pf.median / physical.median:.2f}x, "
+        f"the daemon {by_run.median / physical.median:.2f}x"
+    )
+    result.note(
+        f"the daemon (proxyfleet run, file watch): from the commit to its last volume "
+        f"delete {by_run.text()}"
     )
     what = f"{args.count} paused VMs with their volumes, nothing left on the host after any"
     if have_kcli:
         by_kcli = result.add("floor", "s", timed["kcli delete vm -c"])
         result.note(
             f"{what}: proxyfleet apply {pf.text()}, kcli {by_kcli.text()}: "
-            f"ratio {pf.median / by_kcli.median:.2f}x"
+            f"ratio {pf.median / by_kcli.median:.2f}x; the daemon "
+            f"{by_run.median / by_kcli.median:.2f}x"
         )
     else:
         result.note(f"{what}: proxyfleet apply {pf.text()}")

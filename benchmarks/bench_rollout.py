@@ -157,10 +157,11 @@ def write_fleet(repo: Path, lab: dict[str, Any], image: LabImage, rollout: str) 
     # 20 proxies plus the surge on the lab's zone-a hosts, which all run on this one 2-core
     # machine: placement's default ratios (4 vCPUs per CPU, thin overlays counted whole at
     # 4 GiB each) would block the warm-up long before 20; the machine's memory is what
-    # bounds it here (25 x (512 MiB + the 256 MiB TCG cache) fits its 24 GiB).
+    # bounds it here (25 x (512 MiB + the 256 MiB TCG cache) fits its 24 GiB), though
+    # libvirt may report less of it (benchmarks.common.POLICY), hence memory's ratio 2.
     policy = (
         "prune: true\n    maxDeletesPerRun: 50\n    drift: correct\n"
-        "    overcommit: {cpu: 20, disk: 10}\n    rollout:\n" + rollout
+        "    overcommit: {cpu: 20, disk: 10, memory: 2}\n    rollout:\n" + rollout
     )
     text = fleet_yaml(FLEET, machine=MACHINE, policy=policy)
     first = lab["image"]

@@ -192,7 +192,20 @@ def delete_lines(r: Result) -> list[Line]:
     line = physical_line(
         r, f"2d. delete {n} VMs against the physical floor ({width} at a time)", None
     )
-    return lines + ([line] if line else [])
+    lines += [line] if line else []
+    daemon = r.metrics.get("daemon")
+    if daemon is not None:
+        lines.append(
+            (
+                f"2e. the same {n} deletes by the daemon (commit -> last volume deleted)",
+                f"`run` {daemon.text(1)}",
+                f"`kcli delete vm -c {n}` {kcli.text(1)}" if kcli else "kcli not run",
+                _ratio(daemon.median, kcli.median) if kcli else "-",
+                "<= 0.25x",
+                _met(daemon.median / kcli.median <= 0.25) if kcli else "-",
+            )
+        )
+    return lines
 
 
 def upload_lines(r: Result) -> list[Line]:

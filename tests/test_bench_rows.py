@@ -55,6 +55,22 @@ def test_a_delete_row_over_the_target_says_no() -> None:
     assert (kcli[3], kcli[5]) == ("0.50x", "**no**")
 
 
+def test_the_daemons_deletes_are_a_line_of_their_own_judged_against_the_same_kcli() -> None:
+    r = result(
+        "delete",
+        proxyfleet=[10.0],
+        floor=[40.0, 40.0],
+        physical=[8.0],
+        daemon=[9.0, 9.2, 12.0],
+    )
+
+    _kcli, _floor, daemon = delete_lines(r)
+
+    assert daemon[0] == "2e. the same 20 deletes by the daemon (commit -> last volume deleted)"
+    assert daemon[1] == "`run` 9.2 (9.0-12.0) s"
+    assert (daemon[3], daemon[4], daemon[5]) == ("0.23x", "<= 0.25x", "yes")
+
+
 def test_every_row_make_bench_runs_has_its_table_lines() -> None:
     assert {row.key for row in ROWS} == set(LINES)
     assert [row.key for row in ROWS][:3] == ["idle", "create", "delete"]
