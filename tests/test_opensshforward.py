@@ -239,3 +239,70 @@ def test_only_a_listening_socket_counts_as_listening(tmp_path: Path) -> None:
         server.listen()
         assert listening(path)
     assert not listening(path)
+
+
+def counting(body: str, tmp_path: Path) -> str:
+    """``body`` that first appends a line to ``starts`` in tmp_path: one per child."""
+    return f'echo started >> "{tmp_path / "starts"}"\n{body}'
+
+
+def test_a_child_started_early_is_the_one_prepare_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIDFILE", str(tmp_path / "pid"))
+    binary = fake_ssh(tmp_path, counting(listens_after(0.5), tmp_path))
+    forward = OpenSshForward(HOST, settings(tmp_path), binary=binary)
+    try:
+        forward.start()
+        forward.start()
+        forward.prepare()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(forward.path)
+        forward.prepare()
+
+        assert (tmp_path / "starts").read_text().splitlines() == ["started"]
+    finally:
+        forward.close()
+
+
+def test_a_child_started_early_that_failed_is_transient_with_what_it_said(
+    tmp_path: Path,
+) -> None:
+    binary = fake_ssh(tmp_path, "echo 'Host key verification failed.' >&2\nexit 255")
+    forward = OpenSshForward(HOST, settings(tmp_path), binary=binary)
+    try:
+        forward.start()
+        time.sleep(0.3)
+        with pytest.raises(TransientError, match="exited \\(255\\): Host key verification failed"):
+            forward.prepare()
+    finally:
+        forward.close()
+
+
+def test_a_child_started_early_and_never_used_ends_with_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host whose sshd refuses forwarding: the session closes the forward it started.
+    monkeypatch.setenv("PIDFILE", str(tmp_path / "pid"))
+    forward = OpenSshForward(HOST, settings(tmp_path), binary=fake_ssh(tmp_path, LISTENS))
+    forward.start()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int((tmp_path / "pid").read_text())
+
+    forward.close()
+
+    assert wait_gone(pid)
+    with pytest.raises(TransientError, match="closed"):
+        forward.prepare()
+
+
+def test_start_without_ssh_leaves_the_error_to_prepare(tmp_path: Path) -> None:
+    forward = OpenSshForward(HOST, settings(tmp_path), binary="no-such-ssh-client")
+    try:
+        forward.start()
+        with pytest.raises(PermanentError, match="no-such-ssh-client"):
+            forward.prepare()
+    finally:
+        forward.close()

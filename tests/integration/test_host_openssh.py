@@ -113,7 +113,7 @@ def test_a_call_without_answer_ends_the_ssh_child_at_its_deadline_and_the_next_c
     assert len(set(ssh_children()) - before) == 1
 
 
-def test_a_server_that_refuses_streamlocal_keeps_the_virt_ssh_helper_and_starts_no_ssh(
+def test_a_server_that_refuses_streamlocal_keeps_the_virt_ssh_helper_and_leaves_no_ssh_running(
     own_sshd: Callable[..., Sshd],
     make_host: Callable[..., LibvirtHost],
     host: Host,

@@ -276,14 +276,23 @@ class LibvirtSession:
 
     def _new_bridge(self) -> SocketBridge | OpenSshForward:
         """The local socket libvirt-python opens. With ``libvirt_transport`` openssh, the
-        SSH link first opens (and closes) one libvirt channel, so that the host key,
-        authentication and a refused forwarding are found and classified as always; a
-        host whose sshd refuses forwarding keeps the bridge and its ``virt-ssh-helper``."""
+        SSH link opens (and closes) one libvirt channel, so that the host key,
+        authentication and a refused forwarding are found and classified as always,
+        while the ``ssh`` child already dials (it checks the host key as strictly); a
+        host whose sshd refuses forwarding keeps the bridge and its ``virt-ssh-helper``,
+        and the child is stopped."""
         if self._settings.libvirt_transport == "openssh":
-            probe = self._ssh.open_libvirt_channel()
-            probe.close()
+            forward = OpenSshForward(self.host, self._settings)
+            forward.start()  # its handshake overlaps the paramiko link's (about 0.25 s)
+            try:
+                probe = self._ssh.open_libvirt_channel()
+                probe.close()
+            except BaseException:
+                forward.close()
+                raise
             if not self._ssh.streamlocal_refused:
-                return OpenSshForward(self.host, self._settings)
+                return forward
+            forward.close()
         return SocketBridge(self._ssh.open_libvirt_channel, label=self.host.name)
 
     def _alive(self, conn: Any) -> bool:

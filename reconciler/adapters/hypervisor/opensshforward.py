@@ -4,8 +4,10 @@
 bytes through paramiko in Python threads (``SocketBridge``), an ``ssh -N -L
 <local socket>:<host's libvirt socket>`` process carries them, encrypted in C,
 as ``scp`` does. libvirt-python opens the local socket as for the bridge. The
-paramiko link still dials first (``LibvirtSession._dial``), so host keys,
+paramiko link still dials (``LibvirtSession._dial``), so host keys,
 authentication and a refused forwarding are checked and classified as before;
+the ``ssh`` child is started first (``start``) so that its handshake runs while
+the paramiko link's does, and is used only once that link has checked the host.
 OpenSSH only carries the bytes, with the same key and known_hosts file and no
 user or system ssh_config:
 
@@ -178,6 +180,8 @@ class OpenSshForward:
         self._dir, self.path = private_socket_dir(host.name)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._pending: tuple[subprocess.Popen[bytes], threading.Thread] | None = None
+        """A child ``start`` started whose socket ``prepare`` has not waited for yet."""
         self._closed = False
         self.stderr_tail = ""
 
@@ -190,31 +194,49 @@ class OpenSshForward:
         proc = self._proc
         return proc is not None and proc.poll() is None
 
+    def start(self) -> None:
+        """Start the ``ssh`` child without waiting for its socket, so that its handshake
+        overlaps what the caller does next (``LibvirtSession`` checks the host over the
+        paramiko link meanwhile); ``prepare`` then waits for it. The child checks the
+        host key itself, as strictly. Does nothing when a child runs, the forward was
+        closed, or there is no ``ssh`` (``prepare`` says so)."""
+        with self._lock:
+            if self._closed or self._pending is not None or self.alive:
+                return
+            if shutil.which(self._binary) is not None:
+                self._pending = self._spawn_child()
+
     def prepare(self) -> None:
-        """Start the ``ssh`` child unless it runs, and wait until its socket listens
-        (``ssh.connectTimeoutSeconds``). TransientError when it exits or is late
-        (its stderr in the message), PermanentError when there is no ``ssh``."""
+        """Start the ``ssh`` child unless it runs (or ``start`` started it), and wait until
+        its socket listens (``ssh.connectTimeoutSeconds``). TransientError when it exits
+        or is late (its stderr in the message), PermanentError when there is no ``ssh``."""
         with self._lock:
             if self._closed:
                 raise TransientError("the libvirt forward was closed", host=self._host.name)
-            if self.alive and os.path.exists(self.path):
-                return
-            self._stop()
-            argv = ssh_command(self._host, self._settings, self.path, binary=self._binary)
-            binary = shutil.which(self._binary)
-            if binary is None:
-                raise PermanentError(
-                    f"ssh.libvirtTransport openssh needs OpenSSH's client ({self._binary!r}) on "
-                    "PATH; install openssh-client or use the default transport",
-                    host=self._host.name,
-                )
-            proc = _spawn([binary, *argv[1:]])
-            self._proc = proc
-            reader = threading.Thread(
-                target=self._read_stderr, args=(proc,), name=f"ssh-{self._host.name}", daemon=True
+            pending, self._pending = self._pending, None
+            if pending is None:
+                if self.alive and os.path.exists(self.path):
+                    return
+                self._stop()
+                pending = self._spawn_child()
+            self._wait_listening(*pending)
+
+    def _spawn_child(self) -> tuple[subprocess.Popen[bytes], threading.Thread]:
+        argv = ssh_command(self._host, self._settings, self.path, binary=self._binary)
+        binary = shutil.which(self._binary)
+        if binary is None:
+            raise PermanentError(
+                f"ssh.libvirtTransport openssh needs OpenSSH's client ({self._binary!r}) on "
+                "PATH; install openssh-client or use the default transport",
+                host=self._host.name,
             )
-            reader.start()
-            self._wait_listening(proc, reader)
+        proc = _spawn([binary, *argv[1:]])
+        self._proc = proc
+        reader = threading.Thread(
+            target=self._read_stderr, args=(proc,), name=f"ssh-{self._host.name}", daemon=True
+        )
+        reader.start()
+        return proc, reader
 
     def _read_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         """Keep the tail of what ssh says (it says little at LogLevel ERROR), and log it."""
@@ -254,6 +276,7 @@ class OpenSshForward:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _stop(self) -> None:
+        self._pending = None
         proc, self._proc = self._proc, None
         if proc is None:
             return
