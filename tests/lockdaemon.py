@@ -28,7 +28,7 @@ from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.cli.daemon import serve
+from reconciler.cli.serve import serve
 from reconciler.model import Host
 from reconciler.model.settings import (
     CoordinationSettings,

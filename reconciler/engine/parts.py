@@ -4,7 +4,7 @@
 from the routes the daemon answers), the service manager notifier, the status
 sink and the fleet's leadership. The real ones are ``Metrics``, ``HttpApi``,
 ``SdNotify``, ``GitStatusWriter`` (reconciler.adapters.surface / .git) and
-``Leadership``; ``reconciler.cli.daemon`` wires them. Time, chance, the stop
+``Leadership``; ``reconciler.cli.serve`` wires them. Time, chance, the stop
 flag and the engine's progress come through ``Runtime``. ``endpoints``,
 ``start_watchdog`` and ``webhook_secret`` serve a ``Daemon`` and a
 ``FleetsDaemon`` (several fleets, one process) alike.

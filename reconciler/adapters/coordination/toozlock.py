@@ -35,6 +35,7 @@ import contextlib
 import logging
 import math
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -43,7 +44,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from etcd3gw.exceptions import Etcd3Exception
 from tooz import ToozError, coordination
 
 from reconciler.adapters.coordination.fleetlock import (
@@ -63,9 +63,17 @@ SCHEMES = ("file", "etcd3+http", "etcd3+https", "zookeeper")
 
 Monotonic = Callable[[], float]
 
-FAILURES = (ToozError, OSError, Etcd3Exception)
-"""What a backend call may raise: tooz's own errors, and the etcd client's that tooz's
-driver lets through (its heartbeat translates nothing)."""
+
+def failures() -> tuple[type[BaseException], ...]:
+    """What a backend call may raise: tooz's own errors, OSError, and the etcd client's
+    that tooz's driver lets through (its heartbeat translates nothing). The etcd client
+    is not imported here: it loads with tooz's etcd driver, for an etcd URL only (with
+    requests, about 0.1 s of every command's start), and its errors cannot be raised
+    before it is loaded."""
+    etcd = sys.modules.get("etcd3gw.exceptions")
+    if etcd is None:
+        return (ToozError, OSError)
+    return (ToozError, OSError, etcd.Etcd3Exception)
 
 
 FILE_RECORD_SECONDS = 10**9
@@ -197,7 +205,7 @@ class ToozFleetLock:
                 coord.leave_group(self._group).get()
             except coordination.MemberNotJoined:
                 pass
-            except FAILURES as exc:
+            except failures() as exc:
                 # The lease runs out on its own; a fresh coordinator makes sure we never renew it.
                 log.warning(
                     "Releasing the lock of fleet %s failed (%s); it expires.", self.fleet, exc
@@ -206,11 +214,12 @@ class ToozFleetLock:
         log.info("Released the lock of fleet %s.", self.fleet)
 
     def holder(self) -> Holder | None:
+        caught: tuple[type[BaseException], ...] = (*failures(), CoordinationError)
         try:
             with self._mu:
                 coord = self._coordinator_locked()
             members = coord.get_members_with_capabilities(self._group).get()
-        except (*FAILURES, CoordinationError) as exc:
+        except caught as exc:
             log.debug("Cannot read the holder of fleet %s: %s", self.fleet, _why(exc))
             return None
         found = [
@@ -234,7 +243,7 @@ class ToozFleetLock:
             sent = self._monotonic()
             try:
                 got = bool(candidate.acquire(blocking=False))
-            except FAILURES as exc:
+            except failures() as exc:
                 self._discard_locked()
                 raise CoordinationError(
                     f"taking the lock of fleet {self.fleet}: {_why(exc)}"
@@ -260,7 +269,7 @@ class ToozFleetLock:
                     f"coordination service {self._safe_url}: its client library is not "
                     f"installed ({exc.name or exc}); zookeeper:// needs the kazoo package"
                 ) from exc
-            except FAILURES as exc:
+            except failures() as exc:
                 raise CoordinationError(
                     f"coordination service {self._safe_url}: {_why(exc)}"
                 ) from exc
@@ -278,7 +287,7 @@ class ToozFleetLock:
             return
         try:
             coord.stop()
-        except FAILURES as exc:
+        except failures() as exc:
             log.debug("Stopping the coordinator failed: %s", _why(exc))
 
     def _lapsed_locked(self, why: str) -> None:
@@ -290,7 +299,7 @@ class ToozFleetLock:
         if lock is not None:
             try:  # compare-and-delete of our own key: frees it at once if the service is back
                 lock.release()
-            except FAILURES as exc:
+            except failures() as exc:
                 log.debug("Releasing the lapsed lock failed: %s", _why(exc))
         self._discard_locked()
 
@@ -305,7 +314,7 @@ class ToozFleetLock:
                 coord.join_group(self._group, caps).get()
             except coordination.MemberAlreadyExist:
                 coord.update_capabilities(self._group, caps).get()
-        except FAILURES as exc:
+        except failures() as exc:
             log.warning("Could not record the holder of fleet %s: %s", self.fleet, _why(exc))
 
     def _start_heartbeat(self, coord: coordination.CoordinationDriver, lock: Any) -> None:
@@ -341,7 +350,7 @@ class ToozFleetLock:
                 return
             try:
                 coord.heartbeat()
-            except FAILURES as exc:
+            except failures() as exc:
                 if not failing:
                     log.warning("Renewing the lock of fleet %s failed: %s", self.fleet, _why(exc))
                 failing = True

@@ -41,7 +41,7 @@ from tooz import coordination
 from tooz.partitioner import Partitioner
 
 from reconciler.adapters.coordination.fleetlock import Holder, holder_gone
-from reconciler.adapters.coordination.toozlock import FAILURES, _why, driver_url
+from reconciler.adapters.coordination.toozlock import _why, driver_url, failures
 from reconciler.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class ToozRing:
                     owners[fleet] = (
                         _text(next(iter(part.members_for_object(fleet)))) if nodes else None
                     )
-            except FAILURES as exc:
+            except failures() as exc:
                 self._forget_locked()
                 raise CoordinationError(f"reading the fleet ring: {_why(exc)}") from exc
             changed = owners != self._view[0]
@@ -127,10 +127,10 @@ class ToozRing:
             if coord is None:
                 return
             for fleet, part in parts.items():
-                with contextlib.suppress(*FAILURES):
+                with contextlib.suppress(*failures()):
                     coord.leave_partitioned_group(part)
                     log.debug("Left the ring of fleet %s.", fleet)
-            with contextlib.suppress(*FAILURES):
+            with contextlib.suppress(*failures()):
                 coord.stop()
 
     # -- internals -------------------------------------------------------------
@@ -204,7 +204,7 @@ class ToozRing:
         if coord is None:
             return
         for part in parts.values():
-            with contextlib.suppress(*FAILURES, ValueError, KeyError):
+            with contextlib.suppress(*failures(), ValueError, KeyError):
                 part.stop()
 
 
