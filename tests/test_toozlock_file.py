@@ -16,7 +16,8 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from reconciler.adapters.coordination.fleetlock import Holder, this_process
-from reconciler.adapters.coordination.toozlock import ToozLocks, default_url, driver_url
+from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
+from reconciler.adapters.coordination.toozurl import driver_url
 from reconciler.errors import CoordinationError
 
 A = Holder("box-a", 101, "daemon")

@@ -41,7 +41,8 @@ from tooz import coordination
 from tooz.partitioner import Partitioner
 
 from reconciler.adapters.coordination.fleetlock import Holder, holder_gone
-from reconciler.adapters.coordination.toozlock import _why, driver_url, failures
+from reconciler.adapters.coordination.toozlock import _why, failures
+from reconciler.adapters.coordination.toozurl import driver_url
 from reconciler.errors import CoordinationError
 
 log = logging.getLogger(__name__)
