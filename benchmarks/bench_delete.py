@@ -45,9 +45,9 @@ Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_delete``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -67,7 +67,7 @@ from benchmarks.bench_create import (
     remove_vms,
     rendered,
 )
-from benchmarks.bench_trigger import FINISHED, Daemon, free_port, rpc_ends
+from benchmarks.bench_trigger import FINISHED, Daemon, daemon_config, free_port, rpc_ends
 from benchmarks.common import (
     BENCH_VENV,
     Result,
@@ -263,26 +263,7 @@ def main() -> int:
 
     daemon_state = bench_dir("delete-daemon-state")  # kept: only its image cache survives a run
 
-    def daemon_config(index: int) -> Path:
-        for entry in daemon_state.iterdir():
-            if entry.is_dir() and entry.name != "images":
-                shutil.rmtree(entry)
-            elif not entry.is_dir():
-                entry.unlink()
-        path = bench_dir("delete") / f"daemon-{index}.yaml"
-        path.write_text(
-            f"repo:\n  url: '{repo}'\n  branch: main\n"
-            "interval: 3600\njitter: 0\n"
-            f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
-            f"listen: 127.0.0.1:{free_port()}\n"
-            "status:\n  enabled: false\n"
-            "log:\n  level: debug\n"
-            f"concurrency:\n  deletesPerHost: {width}\n"
-            f"stateDir: {daemon_state}\n"
-        )
-        return path
-
-    runs = iter(range(1_000_000))
+    runs = itertools.count()
 
     def by_daemon() -> float:
         index = next(runs)
@@ -291,9 +272,15 @@ def main() -> int:
         if made != args.count:
             raise SystemExit(f"proxyfleet created {made} of {args.count}")
         pause_all(conn, ours, args.count)
-        daemon = Daemon(
-            daemon_config(index), bench_dir("delete") / f"daemon-{index}.log", dict(os.environ)
+        config = daemon_config(
+            bench_dir("delete") / f"daemon-{index}.yaml",
+            url=str(repo),
+            lab=lab,
+            port=free_port(),
+            state=daemon_state,
+            extra=f"concurrency:\n  deletesPerHost: {width}\n",
         )
+        daemon = Daemon(config, bench_dir("delete") / f"daemon-{index}.log", dict(os.environ))
         try:
             daemon.wait_for(FINISHED)
             time.sleep(0.5)  # idle: the watcher armed, the loop waiting

@@ -104,6 +104,31 @@ class Daemon:
         self.handle.close()
 
 
+def daemon_config(
+    path: Path, *, url: str, lab: dict[str, Any], port: int, state: Path, extra: str = ""
+) -> Path:
+    """A bench daemon's config at ``path`` (repo ``url``, the lab's key, ``-v``-ready log,
+    no status branch, ``extra`` settings), with ``state`` emptied but for its image cache:
+    the repo is new each bench, and a checkout of the last one would make its head a
+    non-fast-forward, which the daemon refuses."""
+    path.write_text(
+        f"repo:\n  url: '{url}'\n  branch: main\n"
+        "interval: 3600\njitter: 0\n"
+        f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
+        f"listen: 127.0.0.1:{port}\n" + extra + "status:\n  enabled: false\n"
+        "log:\n  level: debug\n"
+        f"stateDir: {state}\n"
+    )
+    state.mkdir(parents=True, exist_ok=True)
+    for entry in state.iterdir():
+        if entry.name != "images":
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    return path
+
+
 def rpc_starts(text: str, rpc: str) -> list[float]:
     """Epoch seconds at which each ``rpc`` call of the trace started."""
     starts = []
@@ -149,28 +174,14 @@ def main() -> int:
 
     def config(kind: str, port: int) -> Path:
         url = str(repo) if kind == "watch" else "bench-forge:"
-        path = work / f"{kind}.yaml"
-        path.write_text(
-            f"repo:\n  url: '{url}'\n  branch: main\n"
-            "interval: 3600\njitter: 0\n"
-            f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
-            f"listen: 127.0.0.1:{port}\n"
-            f"webhook:\n  secretFile: {work / 'hook-secret'}\n"
-            "status:\n  enabled: false\n"
-            "log:\n  level: debug\n"
-            f"stateDir: {state / kind}\n"
+        return daemon_config(
+            work / f"{kind}.yaml",
+            url=url,
+            lab=lab,
+            port=port,
+            state=state / kind,
+            extra=f"webhook:\n  secretFile: {work / 'hook-secret'}\n",
         )
-        kept = state / kind
-        kept.mkdir(parents=True, exist_ok=True)
-        # Only the image cache is kept: the repo is new each bench, and a checkout of the
-        # last one would make its head a non-fast-forward, which the daemon refuses.
-        for entry in kept.iterdir():
-            if entry.name != "images":
-                if entry.is_dir():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-        return path
 
     def clean() -> None:
         for d in hv.observe().domains:

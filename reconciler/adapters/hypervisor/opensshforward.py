@@ -203,7 +203,7 @@ class OpenSshForward:
         with self._lock:
             if self._closed or self._pending is not None or self.alive:
                 return
-            if shutil.which(self._binary) is not None:
+            with contextlib.suppress(PermanentError):  # no ssh: prepare raises it again
                 self._pending = self._spawn_child()
 
     def prepare(self) -> None:
