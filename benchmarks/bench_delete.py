@@ -13,8 +13,8 @@ deletes each.
   commit would; the bench fleet's ``maxDeletesPerRun`` is 1000, so the delete
   window of the row's fresh state dir never blocks);
   ``proxyfleet apply --yes --json`` is timed as a whole command (process
-  start, SSH dial, load, observe, guards, plan, 20 deletes five at a time,
-  the status);
+  start, SSH dial, load, observe, guards, plan, 20 deletes
+  ``concurrency.deletesPerHost`` at a time on the session's lanes, the status);
 - the daemon (``proxyfleet -v run``, file watch on the repo's path, as row 4;
   a state dir of its own, emptied but for its image cache before each run):
   started once its side's 20 VMs are created (by ``apply``, untimed) and
@@ -23,9 +23,10 @@ deletes each.
   40 volume deletes, read from its trace (each line says when a call ended).
   This is the path an operator's commit takes; the daemon keeps its imports,
   repo and host connection, so none of ``apply``'s start-up is in it;
-- the physical floor (``benchmarks.floors``): on the bench's own connection
-  (the SSH-forwarded socket, as proxyfleet's), five at a time as proxyfleet's
-  ``concurrency.deletesPerHost``, per VM a lookup, ``virDomainDestroy``,
+- the physical floor (``benchmarks.floors``): as many at a time as proxyfleet's
+  ``concurrency.deletesPerHost``, on as many connections as proxyfleet's lanes (up
+  to five deletes on each; each connection its own SSH-forwarded socket, as
+  proxyfleet's), per VM a lookup, ``virDomainDestroy``,
   ``virDomainUndefineFlags`` and a lookup and a delete of each of its two
   volumes; its VMs (``fl-<proxy>``, rendered by proxyfleet's code) are
   created by the same libvirt loop as row 2's floor;
@@ -85,7 +86,7 @@ from benchmarks.common import (
     proxy_yaml,
 )
 from benchmarks.floors import PREFIX as FLOOR_PREFIX
-from benchmarks.floors import create_all, delete_all, floor_name
+from benchmarks.floors import create_all, delete_all, floor_name, lanes_for
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.core.load.manifests import load_repo
@@ -250,13 +251,17 @@ def main() -> int:
 
     git(repo, "reset", "-q", "--hard", full)
     specs = vm_specs(load_repo(repo), name=floor_name)
+    # the floor's deletes on as many connections as proxyfleet's lanes, each its own link
+    floor_conns = [
+        LibvirtHost(host, lab_ssh(lab)).session.connection() for _ in range(lanes_for(width))
+    ]
 
     def minimal() -> float:
         vms = rendered(conn, lab, specs)
         create_all(conn, "default", vms, width=WIDTH)
         pause_all(conn, FLOOR_PREFIX, args.count)
         started = time.perf_counter()
-        delete_all(conn, "default", vms, width=width)
+        delete_all(floor_conns, "default", vms, width=width)
         seconds = time.perf_counter() - started
         nothing_left(FLOOR_PREFIX, "the minimal libvirt loop")
         return seconds
@@ -343,7 +348,8 @@ def main() -> int:
     result.add("count", "VMs", [args.count])
     physical = result.add("physical", "s", timed["minimal libvirt loop"])
     result.note(
-        f"physical floor (minimal libvirt loop, {width} at a time on one connection) "
+        f"physical floor (minimal libvirt loop, {width} at a time on "
+        f"{lanes_for(width)} connection(s)) "
         f"{physical.text()}: proxyfleet apply {pf.median / physical.median:.2f}x, "
         f"the daemon {by_run.median / physical.median:.2f}x"
     )

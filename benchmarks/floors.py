@@ -18,7 +18,9 @@ what crosses the socket and what libvirtd and QEMU do, not Python's rendering.
 The floor's domains are named ``fl-<proxy>`` (proxyfleet's own are
 ``pf-<fleet>-<proxy>-<d8>``).
 
-Delete, per VM, on the same connection and as many at once: ``virDomainLookupByName``,
+Delete, per VM, as many at once, on as many connections as proxyfleet's lanes
+(``lanes_for``: up to 5 deletes on each, libvirtd's calls per client; each its own
+SSH-forwarded libvirt socket): ``virDomainLookupByName``,
 ``virDomainDestroy``, ``virDomainUndefineFlags`` (NVRAM too), then for the overlay and
 the seed ``virStorageVolLookupByName`` and ``virStorageVolDelete``; plus one
 ``virStoragePoolLookupByName`` per run.
@@ -35,6 +37,7 @@ from typing import Any
 
 import libvirt
 
+from reconciler.adapters.hypervisor.lanes import CALLS_PER_LANE
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml, plain_volume_xml
 from reconciler.core.render.seediso import seed_iso
 from reconciler.model.vm import VmSpec
@@ -104,7 +107,7 @@ def create_one(conn: Any, pool: Any, vm: FloorVm) -> None:
 def create_all(conn: Any, pool_name: str, vms: list[FloorVm], *, width: int) -> None:
     """Every VM, ``width`` at a time on the one connection (a queue, as the executor's)."""
     pool = conn.storagePoolLookupByName(pool_name)
-    each(vms, width, lambda vm: create_one(conn, pool, vm))
+    each(vms, width, lambda vm, _thread: create_one(conn, pool, vm))
 
 
 def delete_one(conn: Any, pool: Any, vm: FloorVm) -> None:
@@ -115,25 +118,36 @@ def delete_one(conn: Any, pool: Any, vm: FloorVm) -> None:
         pool.storageVolLookupByName(volume).delete(0)
 
 
-def delete_all(conn: Any, pool_name: str, vms: list[FloorVm], *, width: int) -> None:
-    """Destroy, undefine and remove the volumes of every VM, ``width`` at a time."""
-    pool = conn.storagePoolLookupByName(pool_name)
-    each(vms, width, lambda vm: delete_one(conn, pool, vm))
+def lanes_for(width: int) -> int:
+    """Connections ``width`` deletes at once take: as proxyfleet's lanes, at most
+    ``CALLS_PER_LANE`` (libvirtd's calls per client) on each."""
+    return max(1, -(-width // CALLS_PER_LANE))
 
 
-def each(vms: list[FloorVm], width: int, fn: Callable[[FloorVm], None]) -> None:
-    """``fn`` for every VM on ``width`` threads taking them from one queue."""
+def delete_all(conns: list[Any], pool_name: str, vms: list[FloorVm], *, width: int) -> None:
+    """Destroy, undefine and remove the volumes of every VM, ``width`` at a time; thread
+    ``i`` calls over ``conns[i % len(conns)]`` (``lanes_for(width)`` of them)."""
+    pools = [conn.storagePoolLookupByName(pool_name) for conn in conns]
+    each(
+        vms,
+        width,
+        lambda vm, i: delete_one(conns[i % len(conns)], pools[i % len(conns)], vm),
+    )
+
+
+def each(vms: list[FloorVm], width: int, fn: Callable[[FloorVm, int], None]) -> None:
+    """``fn(vm, thread)`` for every VM on ``width`` threads taking them from one queue."""
     queue = deque(vms)
     lock = threading.Lock()
 
-    def work() -> None:
+    def work(thread: int) -> None:
         while True:
             with lock:
                 if not queue:
                     return
                 vm = queue.popleft()
-            fn(vm)
+            fn(vm, thread)
 
     with ThreadPoolExecutor(width, thread_name_prefix="floor") as workers:
-        for future in [workers.submit(work) for _ in range(min(width, len(vms)))]:
+        for future in [workers.submit(work, i) for i in range(min(width, len(vms)))]:
             future.result()

@@ -15,8 +15,8 @@ import pytest
 from reconciler.adapters.hypervisor.addresses import domain_addresses, usable_ipv4
 from reconciler.adapters.hypervisor.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.hypervisor.libvirterrors import classify, code_name
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.adapters.hypervisor.libvirtrpc import classify, code_name
 from reconciler.adapters.hypervisor.ssh import (
     SshConnection,
     check_host_key,

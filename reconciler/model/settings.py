@@ -42,10 +42,12 @@ class ApplySettings:
 
     per_host_concurrency: int = 4
     """Actions running at once on one host; hosts themselves run in parallel."""
-    delete_concurrency: int = 5
+    delete_concurrency: int = 10
     """Deletes running at once on one host, beside (not within) ``per_host_concurrency``'s
-    other actions: a delete frees what it holds, and its time is QEMU's exit. 5 is the
-    number of calls libvirtd serves at once on one connection (``max_client_requests``)."""
+    other actions: a delete frees what it holds, and its time is QEMU's exit. Deletes run
+    on lanes of the host's session, up to 5 on each (libvirtd serves 5 calls of one
+    connection at once, ``max_client_requests``): 10 take two connections beside the one
+    other actions use."""
     max_attempts: int = 5
     """Tries per host call on transient errors, the first included."""
     retry_base_delay: float = 2.0
@@ -156,7 +158,7 @@ class LogSettings:
 class ConcurrencySettings:
     per_host: int = 4
     """Actions running at the same time on one host (hosts themselves run in parallel)."""
-    deletes_per_host: int = 5
+    deletes_per_host: int = 10
     """Deletes running at the same time on one host (``ApplySettings.delete_concurrency``)."""
 
 

@@ -25,7 +25,8 @@ from reconciler.adapters.hypervisor.addresses import domain_addresses
 from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
 from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
 from reconciler.adapters.hypervisor.hostobserve import observe_host
-from reconciler.adapters.hypervisor.libvirtrpc import NO_SPACE, LibvirtSession, RpcObserver
+from reconciler.adapters.hypervisor.libvirterrors import NO_SPACE
+from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession, RpcObserver
 from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.render.metadata import (
@@ -193,14 +194,17 @@ class LibvirtHost:
         """Destroy, undefine (NVRAM, managed save), remove overlay and seed. Gone already: fine.
 
         Refuses a domain without proxyfleet metadata: foreign domains are never touched.
+        Runs on a lane of the session (a connection beside the one other actions use), so
+        that more deletes than libvirtd serves on one connection run at once.
         """
-        dom = self._lookup(domain)
-        if dom is not None:
-            self._remove_domain(dom, domain)
-        pool = self._images.pool()
-        for volume in vm_volumes(domain):
-            if self._images.delete_volume(pool, volume):
-                log.info("host %s: deleted volume %s", self.name, volume)
+        with self._session.lane():
+            dom = self._lookup(domain)
+            if dom is not None:
+                self._remove_domain(dom, domain)
+            pool = self._images.pool()
+            for volume in vm_volumes(domain):
+                if self._images.delete_volume(pool, volume):
+                    log.info("host %s: deleted volume %s", self.name, volume)
 
     def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
         """Delete ``volumes`` of ``domain``, a domain that must not exist; returns those deleted.

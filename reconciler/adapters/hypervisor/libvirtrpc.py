@@ -29,16 +29,18 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import libvirt
 
 from reconciler.adapters.hypervisor.deadline import Deadline
+from reconciler.adapters.hypervisor.lanes import Lanes
+from reconciler.adapters.hypervisor.libvirterrors import classify, link_failed
 from reconciler.adapters.hypervisor.opensshforward import OpenSshForward
 from reconciler.adapters.hypervisor.ssh import SshConnection
 from reconciler.adapters.hypervisor.sshbridge import SocketBridge
-from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
+from reconciler.errors import HostError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
@@ -49,77 +51,6 @@ log = logging.getLogger("reconciler.libvirt")
 T = TypeVar("T")
 RpcObserver = Callable[[str, str, float, bool], None]
 """Called after every libvirt call with (rpc, host, seconds, ok); e.g. a latency metric."""
-
-
-def _silence_default_handler(_ctx: object, _err: object) -> None:
-    """libvirt prints every error to stderr unless a handler is registered; we raise them."""
-
-
-libvirt.registerErrorHandler(_silence_default_handler, None)
-
-_LEVEL_NAMES = {"VIR_ERR_NONE", "VIR_ERR_WARNING", "VIR_ERR_ERROR"}
-CODE_NAMES: dict[int, str] = {}
-for _name in sorted(dir(libvirt)):
-    if _name.startswith("VIR_ERR_") and _name not in _LEVEL_NAMES:
-        CODE_NAMES.setdefault(getattr(libvirt, _name), _name)
-
-NOT_FOUND = frozenset({libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_NO_STORAGE_VOL})
-TRANSIENT = frozenset(
-    {
-        libvirt.VIR_ERR_SYSTEM_ERROR,
-        libvirt.VIR_ERR_RPC,
-        libvirt.VIR_ERR_NO_CONNECT,
-        libvirt.VIR_ERR_OPERATION_TIMEOUT,
-        libvirt.VIR_ERR_AGENT_UNRESPONSIVE,
-        libvirt.VIR_ERR_AGENT_UNSYNCED,
-    }
-)
-NO_SPACE = "No space left on device"
-"""ENOSPC as libvirt words it (a system error, otherwise transient): permanent for the run."""
-LINK_DOMAINS = frozenset({libvirt.VIR_FROM_RPC, libvirt.VIR_FROM_REMOTE})
-"""Error domains that speak about the connection itself, not about the object."""
-
-
-def code_name(code: int | None) -> str:
-    if code is None:
-        return "VIR_ERR_UNKNOWN"
-    return CODE_NAMES.get(code, f"VIR_ERR_{code}")
-
-
-def classify(exc: libvirt.libvirtError, *, host: str, rpc: str, link_alive: bool) -> HostError:
-    """Map one libvirt error onto the taxonomy, keeping its code and name."""
-    code = exc.get_error_code()
-    name = code_name(code)
-    message = exc.get_error_message() or str(exc)
-    if code in NOT_FOUND:
-        kind: type[HostError] = NotFoundError
-    elif NO_SPACE in message:  # a full pool stays full for this run: no retry
-        kind = PermanentError
-    elif code in TRANSIENT or not link_alive or _stale_handle(exc):
-        kind = TransientError
-    else:
-        kind = PermanentError
-    return kind(message, host=host, rpc=rpc, code=code, code_name=name)
-
-
-def _stale_handle(exc: libvirt.libvirtError) -> bool:
-    """A domain, pool or volume handle of a connection that has since been dropped (libvirtd
-    restarted): libvirt says "client socket is closed" as an internal RPC error. The object
-    is fine; a retry looks it up again on the live connection."""
-    return (
-        exc.get_error_code() == libvirt.VIR_ERR_INTERNAL_ERROR
-        and exc.get_error_domain() in LINK_DOMAINS
-    )
-
-
-def _link_failed(exc: libvirt.libvirtError, *, alive: bool) -> bool:
-    """Whether this error means the connection is unusable (and must be redialled)."""
-    if not alive:
-        return True
-    return exc.get_error_code() in (libvirt.VIR_ERR_RPC, libvirt.VIR_ERR_NO_CONNECT) or (
-        exc.get_error_code() == libvirt.VIR_ERR_SYSTEM_ERROR
-        and exc.get_error_domain() in LINK_DOMAINS
-    )
 
 
 def _fields(ids: dict[str, object]) -> str:
@@ -149,6 +80,7 @@ class LibvirtSession:
         self._ssh = SshConnection(host, settings)
         self._bridge: SocketBridge | OpenSshForward | None = None
         self._conn: Any = None
+        self._lanes = Lanes()
         _OPEN.add(self)
 
     @property
@@ -185,7 +117,7 @@ class LibvirtSession:
                     code=error.code,
                     code_name=error.code_name,
                 ) from exc
-            if _link_failed(exc, alive=alive):
+            if link_failed(exc, alive=alive):
                 self._drop(conn, reason=f"{rpc} failed: {error}")
             raise error from exc
         except HostError as exc:
@@ -217,14 +149,36 @@ class LibvirtSession:
         return self._ssh.read_text(path, limit=limit)
 
     def connection(self) -> Any:
-        """The live libvirt connection, dialling (SSH, bridge, libvirt) when needed."""
+        """The live libvirt connection, dialling (SSH, bridge, libvirt) when needed; inside
+        ``lane()``, the calling thread's lane's connection over the same link."""
         with self._lock:
             if self._conn is not None and self._ssh.is_active and self._alive(self._conn):
-                return self._conn
-            if self._conn is not None:
-                self._drop(self._conn, reason="connection found dead before a call")
-            self._conn = self._dial()
-            return self._conn
+                main = self._conn
+            else:
+                if self._conn is not None:
+                    self._drop(self._conn, reason="connection found dead before a call")
+                main = self._conn = self._dial()
+            lane = self._lanes.current()
+            if lane is None:
+                return main
+            if lane.conn is None or not self._alive(lane.conn):
+                if self._bridge is None:  # an abort on another thread closed the link
+                    raise TransientError("the libvirt link closed meanwhile", host=self.host.name)
+                lane.conn = self._open(self._bridge, time.monotonic(), lane="yes")
+            return lane.conn
+
+    def lane(self) -> AbstractContextManager[object]:
+        """Inside, the calling thread's calls go over a lane: a connection of its own on
+        the same link, shared by at most ``CALLS_PER_LANE`` threads
+        (reconciler.adapters.hypervisor.lanes), so that more calls than libvirtd serves on
+        one connection run at once. Objects a call returns (a domain, a volume) keep
+        their connection: use them inside the same ``lane()``."""
+        return self._lanes.held()
+
+    @property
+    def lanes_dialled(self) -> int:
+        """Lanes holding a connection now (for tests and the debug log)."""
+        return self._lanes.dialled()
 
     def close(self) -> None:
         with self._lock:
@@ -239,6 +193,7 @@ class LibvirtSession:
                 self._lock.release()
             return
         self._conn = None
+        self._lanes.forget()
         bridge = self._bridge
         try:
             if bridge is not None:
@@ -250,8 +205,12 @@ class LibvirtSession:
         started = time.monotonic()
         if self._bridge is None:
             self._bridge = self._new_bridge()
-        self._bridge.prepare()
-        bridge = self._bridge
+        return self._open(self._bridge, started, lane="")
+
+    def _open(self, bridge: SocketBridge | OpenSshForward, started: float, *, lane: str) -> Any:
+        """``virConnectOpen`` through ``bridge``; on failure the link is torn down and the
+        error is a TransientError."""
+        bridge.prepare()
         deadline = Deadline(self._settings.connect_timeout, lambda: self._abort(None, "open"))
         deadline.arm()
         try:
@@ -271,7 +230,7 @@ class LibvirtSession:
             ) from exc
         finally:
             deadline.cancel()
-        self._record("virConnectOpen", started, ok=True, ids={"via": self.via})
+        self._record("virConnectOpen", started, ok=True, ids={"via": self.via, "lane": lane})
         return conn
 
     def _new_bridge(self) -> SocketBridge | OpenSshForward:
@@ -314,7 +273,7 @@ class LibvirtSession:
         log.warning(
             "host %s: %s got no answer in time; dropping the connection", self.host.name, rpc
         )
-        if conn is None or conn is self._conn:
+        if conn is None or conn is self._conn or self._lanes.owns(conn):
             bridge, transport = self._bridge, self._ssh.current
             try:
                 if bridge is not None:
@@ -325,7 +284,7 @@ class LibvirtSession:
 
     def _drop(self, conn: Any, *, reason: str) -> None:
         with self._lock:
-            if conn is self._conn:
+            if conn is self._conn or self._lanes.owns(conn):
                 log.info("host %s: dropping libvirt connection: %s", self.host.name, reason)
                 self._teardown()
 
@@ -334,6 +293,7 @@ class LibvirtSession:
         # may still be inside a call on it; it closes when the last reference
         # goes. Closing the SSH link makes any such call return at once.
         self._conn = None
+        self._lanes.forget()
         bridge, self._bridge = self._bridge, None
         try:
             if bridge is not None:
