@@ -18,6 +18,11 @@ stays under its overlays until ``remove_unused_base`` takes it away.
   a checksum mismatch or a failed stream deletes the half-written volume. If
   the link died, the volume stays without a marker and the next attempt
   replaces it; nothing ever builds an overlay on a base without its marker.
+- A create reads the marker and the base's path once, then trusts them for the
+  next creates on the host for ``VERIFIED_FOR`` seconds (``verified_path``).
+  Deleting or rewriting the base or its marker through this object forgets
+  them at once; a change made on the host by anyone else is seen when the
+  window ends.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -38,11 +44,21 @@ from reconciler.adapters.hypervisor.uploadstream import CHUNK, stream_up
 from reconciler.core.render.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image
-from reconciler.model.vm import base_marker_name, base_volume_name
+from reconciler.model.vm import (
+    MARKER_SUFFIX,
+    base_marker_name,
+    base_volume_name,
+    is_base_volume,
+)
 
 log = logging.getLogger("reconciler.image")
 
 FileOpener = Callable[[Path], IO[bytes]]
+
+VERIFIED_FOR = 60.0
+"""Seconds a base found complete (its marker present, recording the wanted sha256) is
+trusted for the next creates on the host without reading the marker again: the four
+calls and a stream of that read were a fifth of a create's calls."""
 
 
 def marker_name(image: Image) -> str:
@@ -95,6 +111,11 @@ class BaseImages:
     def __init__(self, session: LibvirtSession, *, opener: FileOpener | None = None) -> None:
         self._session = session
         self._open: FileOpener = opener or (lambda path: path.open("rb"))
+        self._lock = threading.Lock()
+        self._verified: dict[str, tuple[str, str, float]] = {}
+        """Base name -> (recorded sha256, path, monotonic time the marker was read)."""
+        self._forgotten = 0
+        """Bumped by ``_forget``: a read that a forget overtook is not remembered."""
 
     @property
     def _host(self) -> str:
@@ -137,6 +158,7 @@ class BaseImages:
 
     def delete_found(self, volume: Any, name: str) -> bool:
         """Delete a volume already looked up; False when it went meanwhile."""
+        self._forget(name)
         try:
             self._session.call("virStorageVolDelete", lambda _c: volume.delete(0), volume=name)
         except NotFoundError:
@@ -170,6 +192,35 @@ class BaseImages:
                 host=self._host,
             )
         return base, recorded
+
+    def verified_path(self, pool: Any, image: Image, *, expected: str | None = None) -> str:
+        """The path of ``image``'s base for a new overlay, only if its marker is there (and
+        matches): ``verified``, remembered for ``VERIFIED_FOR`` seconds (see the module)."""
+        name = base_volume_name(image)
+        read_at = time.monotonic()
+        with self._lock:
+            known = self._verified.get(name)
+            forgotten = self._forgotten
+        if known is not None:
+            recorded, path, at = known
+            if read_at - at < VERIFIED_FOR and (expected is None or recorded == expected):
+                return path
+        base, recorded = self.verified(pool, image, expected=expected)
+        path = self.path(base, name)
+        with self._lock:
+            if self._forgotten == forgotten:
+                self._verified[name] = (recorded, path, read_at)
+        return path
+
+    def _forget(self, name: str) -> None:
+        """Drop what ``verified_path`` remembers of the base ``name`` is, or marks (a seed's
+        or an overlay's name changes nothing)."""
+        base = name.removesuffix(MARKER_SUFFIX)
+        if not is_base_volume(base):
+            return
+        with self._lock:
+            self._forgotten += 1
+            self._verified.pop(base, None)
 
     def ensure(self, image: Image, local_file: Path) -> None:
         wanted = image.sha256 or local_sha256(local_file, self._open)
@@ -249,6 +300,7 @@ class BaseImages:
 
     def write(self, pool: Any, name: str, content: bytes) -> Any:
         """Create volume ``name`` holding exactly ``content`` (seed ISO, marker), replacing it."""
+        self._forget(name)
         self.delete_volume(pool, name)
         xml = plain_volume_xml(name, capacity_bytes=len(content), fmt="raw")
         volume = self._session.call(

@@ -114,8 +114,7 @@ class LibvirtHost:
             return
         images = self._images
         pool = images.pool()
-        base, _ = images.verified(pool, spec.image, expected=spec.image.sha256)
-        base_path = images.path(base, spec.base_name)
+        base_path = images.verified_path(pool, spec.image, expected=spec.image.sha256)
         overlay = images.volume(pool, spec.overlay_name)
         if overlay is None:
             xml = overlay_volume_xml(
@@ -142,7 +141,9 @@ class LibvirtHost:
         dom = self._session.call(
             "virDomainDefineXML", lambda c: c.defineXML(xml), domain=spec.domain
         )
-        self._start(dom, spec.domain)
+        # Just defined, so shut off: no state to read before starting it.
+        self._session.call("virDomainCreate", lambda _c: dom.create(), domain=spec.domain)
+        log.info("host %s: started domain %s", self.name, spec.domain)
 
     def start(self, domain: str) -> None:
         dom = self._lookup(domain)
