@@ -16,7 +16,8 @@ Fencing needs ``held()`` to turn False *before* the service may hand the lock
 to someone else. The lease of a renewal sent at ``t`` lasts until at least
 ``t + ttl`` on the server (it cannot have started earlier than we sent), so
 the lock counts as held until ``t + ttl - margin`` after the last renewal
-that succeeded, with ``margin = ttl / 3``; renewals run every ``ttl / 6``.
+that succeeded, with ``margin = ttl / 3``; renewals run every ``ttl / 6``,
+and a quarter of that after one that failed.
 Once that moment passes the lock is lost for good: the coordinator is
 dropped (so nothing renews the old lease again, even if the service comes
 back and still has it) and the next ``acquire`` starts a fresh one.
@@ -60,6 +61,9 @@ from reconciler.errors import CoordinationError
 log = logging.getLogger(__name__)
 
 Monotonic = Callable[[], float]
+
+RETRY_SPLIT = 4
+"""After a failed renewal the next one is tried a quarter of the renewal period later."""
 
 
 def failures() -> tuple[type[BaseException], ...]:
@@ -300,7 +304,8 @@ class ToozFleetLock:
     ) -> None:
         period = max(self._ttl / 6, 0.1)
         failing = False
-        while not stop.wait(period):
+        pause = period
+        while not stop.wait(pause):
             sent = self._monotonic()
             if self._state[0] is not lock:
                 return
@@ -315,7 +320,12 @@ class ToozFleetLock:
                 if not failing:
                     log.warning("Renewing the lock of fleet %s failed: %s", self.fleet, _why(exc))
                 failing = True
+                # Again soon, not a whole period later: an etcd election (a member died)
+                # answers again within a second or two, and the lease must be renewed
+                # before the margin runs out.
+                pause = period / RETRY_SPLIT
                 continue
+            pause = period
             if failing:
                 log.info("Renewing the lock of fleet %s works again.", self.fleet)
                 failing = False
