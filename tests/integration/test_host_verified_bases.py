@@ -24,30 +24,32 @@ MARKER_READ = "virStorageVolDownload"
 
 
 @pytest.fixture
-def created_one(
+def two_specs(
     adapter: LibvirtHost,
     blank_image: BlankImage,
     make_spec: Callable[..., VmSpec],
     cleanup_domains: list[str],
 ) -> tuple[VmSpec, VmSpec]:
-    """Two specs on the blank base: the first created (its marker read), the second not."""
+    """Two specs on the blank base, its image ensured, neither created yet."""
     first, second = make_spec("vb-a", blank_image.image), make_spec("vb-b", blank_image.image)
     cleanup_domains.extend([first.domain, second.domain])
     adapter.ensure_image(blank_image.image, blank_image.path)
-    adapter.create(first)
     return first, second
+
+
+@pytest.fixture
+def created_one(adapter: LibvirtHost, two_specs: tuple[VmSpec, VmSpec]) -> tuple[VmSpec, VmSpec]:
+    """``two_specs`` with the first created (its marker read), the second not."""
+    adapter.create(two_specs[0])
+    return two_specs
 
 
 def test_the_second_create_on_a_base_reads_neither_its_marker_nor_the_new_domains_state(
     adapter: LibvirtHost,
-    blank_image: BlankImage,
-    make_spec: Callable[..., VmSpec],
-    cleanup_domains: list[str],
+    two_specs: tuple[VmSpec, VmSpec],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    first, second = make_spec("vb-1", blank_image.image), make_spec("vb-2", blank_image.image)
-    cleanup_domains.extend([first.domain, second.domain])
-    adapter.ensure_image(blank_image.image, blank_image.path)
+    first, second = two_specs
     caplog.set_level(logging.DEBUG, logger="reconciler.libvirt")
 
     adapter.create(first)

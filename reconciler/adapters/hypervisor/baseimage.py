@@ -20,9 +20,9 @@ stays under its overlays until ``remove_unused_base`` takes it away.
   replaces it; nothing ever builds an overlay on a base without its marker.
 - A create reads the marker and the base's path once, then trusts them for the
   next creates on the host for ``VERIFIED_FOR`` seconds (``verified_path``).
-  Deleting or rewriting the base or its marker through this object forgets
-  them at once; a change made on the host by anyone else is seen when the
-  window ends.
+  Deleting the base or its marker through this object (as replacing or
+  removing them does) forgets them at once; a change made on the host by
+  anyone else is seen when the window ends.
 """
 
 from __future__ import annotations
@@ -300,7 +300,6 @@ class BaseImages:
 
     def write(self, pool: Any, name: str, content: bytes) -> Any:
         """Create volume ``name`` holding exactly ``content`` (seed ISO, marker), replacing it."""
-        self._forget(name)
         self.delete_volume(pool, name)
         xml = plain_volume_xml(name, capacity_bytes=len(content), fmt="raw")
         volume = self._session.call(

@@ -141,9 +141,7 @@ class LibvirtHost:
         dom = self._session.call(
             "virDomainDefineXML", lambda c: c.defineXML(xml), domain=spec.domain
         )
-        # Just defined, so shut off: no state to read before starting it.
-        self._session.call("virDomainCreate", lambda _c: dom.create(), domain=spec.domain)
-        log.info("host %s: started domain %s", self.name, spec.domain)
+        self._boot(dom, spec.domain)  # just defined, so shut off: no state to read first
 
     def start(self, domain: str) -> None:
         dom = self._lookup(domain)
@@ -298,6 +296,9 @@ class LibvirtHost:
             log.info("host %s: destroyed crashed domain %s before starting it", self.name, domain)
         elif state != libvirt.VIR_DOMAIN_SHUTOFF:
             return
+        self._boot(dom, domain)
+
+    def _boot(self, dom: Any, domain: str) -> None:
         self._session.call("virDomainCreate", lambda _c: dom.create(), domain=domain)
         log.info("host %s: started domain %s", self.name, domain)
 
