@@ -2,6 +2,6 @@
 
 import sys
 
-from reconciler.cli import main
+from reconciler.cli import command
 
-sys.exit(main())
+sys.exit(command())

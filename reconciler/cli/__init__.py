@@ -7,6 +7,7 @@ sets ``func`` to a ``run(args) -> int`` returning the exit code.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -81,4 +82,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    return code
+
+
+def command(argv: Sequence[str] | None = None) -> int:
+    """The ``proxyfleet`` program: ``main`` in a process that ends when it returns.
+
+    Everything a command built stays alive until the process ends, and at exit the
+    interpreter walks all of it once more looking for cycles: 1.5-2 s of a busy
+    machine's CPU after ``apply`` created 20 VMs (docs/performance.md, row 2a).
+    Frozen, the objects are still freed and the ``atexit`` hooks, ``weakref``
+    finalizers and stream flushes all still run; only cycles the command left
+    behind are not collected first, and the process's end releases their memory,
+    files and sockets. (Tests call ``main``, which leaves their process's collector
+    alone.)
+    """
+    code = main(argv)
+    gc.freeze()
     return code
