@@ -264,14 +264,27 @@ def main() -> int:
         ensure_bridge_network(conn)
         kcli_cmd = kcli_create_cmd(lab, args.count)
 
-        def kcli() -> None:
+        def kcli() -> float:
+            """One timed ``kcli create``; a run in which kcli itself fails (it has left one
+            of the 20 out under load, exit 1) is removed and repeated once, and noted."""
             env = {**os.environ, "HOME": str(home)}
-            out = subprocess.run(
-                kcli_cmd, capture_output=True, text=True, timeout=1800, check=False, env=env
-            )
-            made = running(conn, f"{KCLI_PREFIX}-")
-            if out.returncode != 0 or made != args.count:
-                raise SystemExit(f"kcli made {made} running VMs ({out.returncode}):\n{out.stdout}")
+            for attempt in (1, 2):
+                started = time.perf_counter()
+                out = subprocess.run(
+                    kcli_cmd, capture_output=True, text=True, timeout=1800, check=False, env=env
+                )
+                seconds = time.perf_counter() - started
+                made = running(conn, f"{KCLI_PREFIX}-")
+                if out.returncode == 0 and made == args.count:
+                    return seconds
+                why = out.stderr[-2000:]
+                failed = f"kcli made {made} running VMs (exit {out.returncode}): {why}"
+                if attempt == 2:
+                    raise SystemExit(f"{failed}\n{out.stdout}")
+                print(f"  {failed}\n  its VMs removed; the run repeated once", flush=True)
+                result.note(f"one kcli run failed and was repeated ({failed.strip()[:300]})")
+                remove_vms(hv, conn)
+            raise AssertionError("unreachable")
 
         contenders["kcli create vm -c"] = kcli
     elif not args.no_kcli:
