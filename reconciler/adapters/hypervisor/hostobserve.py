@@ -120,17 +120,27 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
     listed = [(dom, _observed(values)) for dom, values in stats]
     workers = min(OBSERVING.readers(), len(listed))
 
-    def read(part: list[tuple[Any, Domain]]) -> list[Domain | None]:
-        return [_read_domain(session, host, dom, seen) for dom, seen in part]
+    pending = iter(listed)
+    taking = threading.Lock()
+
+    def read(_reader: int) -> list[Domain | None]:
+        """The next domain not yet taken, until none is left: a reader that started late
+        or met slow answers takes fewer."""
+        read_here: list[Domain | None] = []
+        while True:
+            with taking:
+                item = next(pending, None)
+            if item is None:
+                return read_here
+            read_here.append(_read_domain(session, host, *item))
 
     if workers <= 1:
-        found = read(listed)
+        found = read(0)
     else:
-        # One task per reader with every workers-th domain: a task per domain cost a
-        # future, a queue hand-off and a thread wake-up each, more CPU than the read's.
+        # One task per reader, not per domain: a task per domain cost a future, a queue
+        # hand-off and a thread wake-up each, more CPU than the read's.
         with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{host.name}") as pool:
-            parts = pool.map(read, [listed[i::workers] for i in range(workers)])
-            found = [domain for part in parts for domain in part]
+            found = [domain for part in pool.map(read, range(workers)) for domain in part]
     domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
     capacity = None
     if pool_space is not None:
