@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import command
+from reconciler.cli import command, main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet-repo"
 
@@ -30,7 +30,5 @@ def test_the_program_freezes_what_the_command_built_so_the_exit_does_not_walk_it
 
 @pytest.mark.usefixtures("unfrozen")
 def test_main_as_tests_call_it_leaves_the_collector_alone() -> None:
-    from reconciler.cli import main
-
     assert main(["validate", str(EXAMPLE)]) == 0
     assert gc.get_freeze_count() == 0

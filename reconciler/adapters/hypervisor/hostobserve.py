@@ -123,7 +123,7 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
     pending = iter(listed)
     taking = threading.Lock()
 
-    def read(_reader: int) -> list[Domain | None]:
+    def read() -> list[Domain | None]:
         """The next domain not yet taken, until none is left: a reader that started late
         or met slow answers takes fewer."""
         read_here: list[Domain | None] = []
@@ -135,12 +135,13 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
             read_here.append(_read_domain(session, host, *item))
 
     if workers <= 1:
-        found = read(0)
+        found = read()
     else:
         # One task per reader, not per domain: a task per domain cost a future, a queue
         # hand-off and a thread wake-up each, more CPU than the read's.
         with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{host.name}") as pool:
-            found = [domain for part in pool.map(read, range(workers)) for domain in part]
+            readers = [pool.submit(read) for _ in range(workers)]
+            found = [domain for reader in readers for domain in reader.result()]
     domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
     capacity = None
     if pool_space is not None:
