@@ -40,6 +40,7 @@ from benchmarks.common import (
     ROOT,
     Result,
     RpcCounter,
+    add_watch_argument,
     alternate,
     bench_dir,
     busy_text,
@@ -49,6 +50,7 @@ from benchmarks.common import (
     lab_up,
     mutating,
     proxy_yaml,
+    watch_note,
 )
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
@@ -148,6 +150,7 @@ def main() -> int:
         default=SshSettings().libvirt_transport,
         help="ssh.libvirtTransport of proxyfleet's connections (and the floor's, the same ones)",
     )
+    add_watch_argument(parser)
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     parser.add_argument("--populate-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clean-only", action="store_true", help=argparse.SUPPRESS)
@@ -177,7 +180,9 @@ def main() -> int:
     child_populate(repo_dir, clean=False)
     counter = RpcCounter()
     ssh = replace(lab_ssh(lab), libvirt_transport=args.transport)
-    hvs = {h.name: LibvirtHost(h, ssh, observer=counter) for h in repo.fleet.hosts}
+    hvs = {
+        h.name: LibvirtHost(h, ssh, observer=counter, watch=args.watch) for h in repo.fleet.hosts
+    }
     hypervisors: dict[str, Hypervisor] = dict(hvs)
     conns = {name: hv.session.connection() for name, hv in hvs.items()}
     counter.take()
@@ -190,15 +195,21 @@ def main() -> int:
     slowest: list[tuple[float, str]] = []
     floor_counts: list[int] = []
 
-    def proxyfleet() -> None:
+    cold: list[float] = []
+
+    def proxyfleet() -> float:
+        began = time.perf_counter()
         seen = observe(repo.fleet, hypervisors, timeout=120)
         summaries.append(plan(repo, seen.inventory).summary())
+        seconds = time.perf_counter() - began
+        cold.extend([] if cold else [seconds])
         unreachable.append(sum(not h.reachable for h in seen.inventory.hosts))
         taken = counter.take()
         calls.append(sum(taken.values()))
         muts.append(mutating(taken))
-        if len(calls) == 1:
+        if len(calls) == 2:  # the first measured run (the warm-up is the cold cycle)
             rpc_kinds.update(taken)
+        return seconds
 
     def floor() -> float:
         times = {}
@@ -253,6 +264,8 @@ def main() -> int:
         f"{len(hvs)} hosts, {floor_counts[-1]} domains; plan: {plan_text}; unreachable hosts: "
         f"{max(unreachable)}; proxyfleet's RPCs per observe: {kinds}"
     )
+    result.add("cold", "s", cold)
+    result.note(watch_note(args.watch, cold[0], calls[0]))
     hosts_slowest = Counter(name for _, name in slowest[1:])
     result.note(
         f"proxyfleet {pf.text(3)}, slowest host's minimal loop {fl.text(3)} (slowest: "

@@ -32,6 +32,7 @@ import libvirt
 from benchmarks.common import (
     Result,
     RpcCounter,
+    add_watch_argument,
     alternate,
     bench_dir,
     busy_text,
@@ -41,6 +42,7 @@ from benchmarks.common import (
     lab_up,
     mutating,
     proxy_yaml,
+    watch_note,
 )
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
@@ -123,6 +125,7 @@ def main() -> int:
     parser.add_argument("--foreign", type=int, default=20)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="leave the domains defined")
+    add_watch_argument(parser)
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
 
@@ -130,7 +133,7 @@ def main() -> int:
     lab = lab_up()
     repo = write_repo(bench_dir("idle") / "repo", args.proxies)
     counter = RpcCounter()
-    hv = LibvirtHost(repo.fleet.hosts[0], lab_ssh(lab), observer=counter)
+    hv = LibvirtHost(repo.fleet.hosts[0], lab_ssh(lab), observer=counter, watch=args.watch)
     conn = hv.session.connection()
     wanted = owned_xml(repo)
     wanted.update(
@@ -144,14 +147,20 @@ def main() -> int:
     calls: list[int] = []
     muts: list[int] = []
 
-    def proxyfleet() -> None:
+    cold: list[float] = []
+
+    def proxyfleet() -> float:
+        began = time.perf_counter()
         seen = observe(repo.fleet, hosts, timeout=120)
         summaries.append(plan(repo, seen.inventory).summary())
+        seconds = time.perf_counter() - began
+        cold.extend([] if cold else [seconds])
         taken = counter.take()
         calls.append(sum(taken.values()))
         muts.append(mutating(taken))
-        if len(calls) == 1:
+        if len(calls) == 2:  # the first measured run (the warm-up is the cold cycle)
             rpc_kinds.update(taken)
+        return seconds
 
     floor_counts: list[tuple[int, int]] = []
     try:
@@ -175,7 +184,9 @@ def main() -> int:
     result.add("mutating", "RPCs", muts[1:])
     plan_text = ", ".join(f"{k} {v}" for k, v in summaries[-1].items() if v)
     kinds = ", ".join(f"{n} {rpc}" for rpc, n in rpc_kinds.items())
+    result.add("cold", "s", cold)
     result.note(f"plan: {plan_text}; proxyfleet's RPCs per observe: {kinds}")
+    result.note(watch_note(args.watch, cold[0], calls[0]))
     result.note(f"the minimal loop saw {domains} domains, {owned} with proxyfleet metadata")
     result.note(
         f"proxyfleet {result.metrics['proxyfleet'].text(3)}, minimal loop "

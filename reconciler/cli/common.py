@@ -175,20 +175,26 @@ def lock_service(settings: DaemonSettings, state: Path, *, role: str) -> LockSer
 
 
 def host_factory(
-    ssh: SshSettings, *, fleet: str | None = None, observer: RpcObserver | None = None
+    ssh: SshSettings,
+    *,
+    fleet: str | None = None,
+    observer: RpcObserver | None = None,
+    watch: bool = False,
 ) -> Callable[[Host], LibvirtHost]:
     """The one place a real host adapter is built: a lazily dialling LibvirtHost per host
     (nothing connects until first use), for every command and the daemon.
 
     ``fleet``: the pinned fleet id; a delete refuses domains of any other fleet.
     ``observer``: told the duration of every libvirt call (the daemon's metrics).
+    ``watch``: owners kept between observes, read again on libvirt's domain events (the
+    daemon, which observes every cycle on the same connections).
     """
     from reconciler.adapters.hypervisor.libvirthost import (
         LibvirtHost,  # libvirt loads only when needed
     )
 
     def make(host: Host) -> LibvirtHost:
-        return LibvirtHost(host, ssh, observer=observer, fleet=fleet)
+        return LibvirtHost(host, ssh, observer=observer, fleet=fleet, watch=watch)
 
     return make
 

@@ -63,7 +63,9 @@ def build_engine(
     from reconciler.adapters.surface.probe import HttpProber
 
     if host_factory is None:
-        host_factory = real_hosts(settings.ssh, fleet=settings.fleet, observer=metrics.observe_rpc)
+        host_factory = real_hosts(
+            settings.ssh, fleet=settings.fleet, observer=metrics.observe_rpc, watch=True
+        )
     return Engine(
         fenced(host_factory, held),
         images=images

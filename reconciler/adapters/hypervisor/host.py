@@ -31,7 +31,7 @@ class Hypervisor(Protocol):
         Also the host's capacity (CPUs, memory, the pool's size and free space) and,
         per domain, its state reason and, when running, its vCPUs and memory.
         Cost: 3 RPCs for the pool, 1 for the node, 1 bulk stats RPC + 1 metadata read
-        per domain. Raises TransientError
+        per domain (the daemon's: per domain changed since its last read). Raises TransientError
         when the host cannot be read; callers mark it unreachable.
         """
         ...

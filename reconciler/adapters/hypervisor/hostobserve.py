@@ -12,16 +12,16 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import libvirt
 
 from reconciler.adapters.hypervisor.baseimage import BaseImages
 from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
 from reconciler.core.render.metadata import NAMESPACE, parse_owner
 from reconciler.errors import NotFoundError, PermanentError, TransientError
-from reconciler.model import Domain, DomainState, Host, HostInventory
+from reconciler.model import Domain, DomainState, Host, HostInventory, Owner
 from reconciler.model.inventory import Capacity
 
 log = logging.getLogger("reconciler.host")
@@ -103,7 +103,9 @@ def observe_host(session: LibvirtSession, images: BaseImages, host: Host) -> Hos
     and is foreign. The reads run up to ``OBSERVE_READS`` at a time on the one
     connection (libvirt multiplexes calls), so the link's round trips
     overlap instead of adding up; fewer when many hosts are observed at once
-    (``READS_IN_FLIGHT``).
+    (``READS_IN_FLIGHT``). A session that watches (the daemon) reads only the domains
+    whose owner it does not know unchanged since an earlier read
+    (reconciler.adapters.hypervisor.ownerwatch): on an idle fleet, none.
     """
     with OBSERVING.one():
         return _observe(session, images, host)
@@ -111,16 +113,26 @@ def observe_host(session: LibvirtSession, images: BaseImages, host: Host) -> Hos
 
 def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInventory:
     """``observe_host`` inside the count of observes running."""
+    owners = session.owners()  # before listing: a domain changed after it is read again
     volumes, pool_space = _volume_names(session, images, host)
     node = session.call("virNodeGetInfo", lambda c: c.getInfo())
     stats = session.call(
         "virConnectGetAllDomainStats",
         lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
     )
-    listed = [(dom, _observed(values)) for dom, values in stats]
-    workers = min(OBSERVING.readers(), len(listed))
+    found: list[Domain | None] = []
+    unread: list[tuple[Any, dict[str, Any]]] = stats
+    if owners is not None:  # the known ones on this thread: no reader wakes for them
+        unread = []
+        for dom, values in stats:
+            known = _known_owner(dom, values, owners)
+            if known is None:
+                unread.append((dom, values))
+            else:
+                found.append(known)
+    workers = min(OBSERVING.readers(), len(unread))
 
-    pending = iter(listed)
+    pending = iter(unread)
     taking = threading.Lock()
 
     def read() -> list[Domain | None]:
@@ -132,16 +144,16 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
                 item = next(pending, None)
             if item is None:
                 return read_here
-            read_here.append(_read_domain(session, host, *item))
+            read_here.append(_read_domain(session, host, *item, owners))
 
     if workers <= 1:
-        found = read()
+        found.extend(read())
     else:
         # One task per reader, not per domain: a task per domain cost a future, a queue
         # hand-off and a thread wake-up each, more CPU than the read's.
         with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{host.name}") as pool:
             readers = [pool.submit(read) for _ in range(workers)]
-            found = [domain for reader in readers for domain in reader.result()]
+            found.extend(domain for reader in readers for domain in reader.result())
     domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
     capacity = None
     if pool_space is not None:
@@ -185,11 +197,29 @@ def _volume_names(
     return names, (int(capacity), int(available))
 
 
-def _read_domain(session: LibvirtSession, host: Host, dom: Any, seen: Domain) -> Domain | None:
+def _known_owner(dom: Any, values: dict[str, Any], owners: OwnerCache) -> Domain | None:
+    """The domain with the owner ``owners`` knows unchanged since its last read; None
+    when it must be read. Name and UUID are the domain object's own: no RPC."""
+    known, text = owners.get(dom.UUIDString())
+    return _observed(dom.name(), values, parse_owner(text)) if known else None
+
+
+def _read_domain(
+    session: LibvirtSession,
+    host: Host,
+    dom: Any,
+    values: dict[str, Any],
+    owners: OwnerCache | None,
+) -> Domain | None:
     """The domain with its owner (None: foreign); None when it vanished meanwhile.
 
-    ``seen`` carries what the bulk stats said (state, reason, size), not the name."""
+    ``values`` are its bulk stats (state, reason, size). ``owners`` (the daemon's) is
+    told what the read found."""
     name = dom.name()
+    uuid, began = "", 0
+    if owners is not None:
+        uuid = dom.UUIDString()  # known to the domain object: no RPC
+        began = owners.begin()
     try:
         raw = session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
     except NotFoundError:
@@ -200,29 +230,31 @@ def _read_domain(session: LibvirtSession, host: Host, dom: Any, seen: Domain) ->
         log.warning(
             "host %s: cannot read domain %s, treating it as foreign: %s", host.name, name, exc
         )
-        return replace(seen, name=name)
+        return _observed(name, values, None)
+    if owners is not None:
+        owners.put(uuid, began, raw)
     owner = parse_owner(raw)
     if session.tracing:
         session.trace("virDomainGetMetadata", "owner", repr(owner), domain=name)
-    return replace(seen, name=name, owner=owner)
+    return _observed(name, values, owner)
 
 
-def _observed(values: dict[str, Any]) -> Domain:
-    """State, failure reason and (when running) vCPUs and memory from one domain's stats."""
+def _observed(name: str, values: dict[str, Any], owner: Owner | None) -> Domain:
+    """The domain with its state, failure reason and (when running) vCPUs and memory from
+    its stats."""
     raw_state = values.get("state.state", -1)
     state = STATES.get(raw_state, DomainState.OTHER)
     reason = FAILURE_REASONS.get((raw_state, values.get("state.reason", -1)), "")
-    vcpus = values.get("vcpu.current") if state is DomainState.RUNNING else None
-    sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
-    known = [int(v) for v in sizes if isinstance(v, int)]
-    # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
-    memory = min(known) // 1024 if known and state is DomainState.RUNNING else None
+    vcpus = memory = None
+    if state is DomainState.RUNNING:
+        current = values.get("vcpu.current")
+        vcpus = current if isinstance(current, int) else None
+        sizes = [values.get(k) for k in ("balloon.current", "balloon.maximum")]
+        known = [int(v) for v in sizes if isinstance(v, int)]
+        # setmem moves the balloon (current), setmaxmem the maximum: the smaller is what runs.
+        memory = min(known) // 1024 if known else None
     return Domain(
-        name="",
-        state=state,
-        reason=reason,
-        vcpus=vcpus if isinstance(vcpus, int) else None,
-        memory_mib=memory,
+        name=name, state=state, reason=reason, vcpus=vcpus, memory_mib=memory, owner=owner
     )
 
 

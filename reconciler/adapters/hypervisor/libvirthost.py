@@ -64,12 +64,15 @@ class LibvirtHost:
         observer: RpcObserver | None = None,
         opener: FileOpener | None = None,
         fleet: str | None = None,
+        watch: bool = False,
     ) -> None:
         """``fleet``: when set, ``delete`` refuses a domain another fleet owns (the
-        last-moment check of the pinned fleet id)."""
+        last-moment check of the pinned fleet id). ``watch``: owners are kept between
+        observes and read again when libvirt's domain events say they changed (the daemon;
+        reconciler.adapters.hypervisor.ownerwatch)."""
         self._host = host
         self._fleet = fleet
-        self._session = LibvirtSession(host, settings, observer=observer)
+        self._session = LibvirtSession(host, settings, observer=observer, watch=watch)
         self._images = BaseImages(self._session, opener=opener)
 
     @property
@@ -141,6 +144,7 @@ class LibvirtHost:
         dom = self._session.call(
             "virDomainDefineXML", lambda c: c.defineXML(xml), domain=spec.domain
         )
+        self._session.owner_changed(dom.UUIDString())  # a new UUID, unless defined over one
         self._boot(dom, spec.domain)  # just defined, so shut off: no state to read first
 
     def start(self, domain: str) -> None:
@@ -282,6 +286,8 @@ class LibvirtHost:
                 "host %s: domain %s stopped meanwhile; writing its definition", self.name, domain
             )
             self._set_metadata(dom, domain, text, live=False)
+        finally:  # written or perhaps written: not waiting for its event
+            self._session.owner_changed(dom.UUIDString())
 
     def _start(self, dom: Any, domain: str) -> None:
         state, _reason = self._session.call(

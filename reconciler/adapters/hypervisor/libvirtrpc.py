@@ -38,6 +38,7 @@ from reconciler.adapters.hypervisor.deadline import Deadline
 from reconciler.adapters.hypervisor.lanes import Lanes
 from reconciler.adapters.hypervisor.libvirterrors import classify, link_failed
 from reconciler.adapters.hypervisor.opensshforward import OpenSshForward
+from reconciler.adapters.hypervisor.ownerwatch import OwnerCache, start_event_loop
 from reconciler.adapters.hypervisor.ssh import SshConnection
 from reconciler.adapters.hypervisor.sshbridge import SocketBridge
 from reconciler.errors import HostError, TransientError
@@ -71,7 +72,10 @@ class LibvirtSession:
         *,
         open_connection: Callable[[str], Any] = libvirt.open,
         observer: RpcObserver | None = None,
+        watch: bool = False,
     ) -> None:
+        """``watch``: keep domain owners between observes, told of changes by libvirt's
+        domain events (``owners``; reconciler.adapters.hypervisor.ownerwatch)."""
         self.host = host
         self._settings = settings
         self._open_connection = open_connection
@@ -81,6 +85,11 @@ class LibvirtSession:
         self._bridge: SocketBridge | OpenSshForward | None = None
         self._conn: Any = None
         self._lanes = Lanes()
+        self._watch = watch
+        self._owners: OwnerCache | None = None
+        self._owners_refused: Any = None
+        if watch:
+            start_event_loop()  # before the first connection: only later ones get events
         _OPEN.add(self)
 
     @property
@@ -167,6 +176,42 @@ class LibvirtSession:
                 lane.conn = self._open(self._bridge, time.monotonic(), lane="yes")
             return lane.conn
 
+    def owners(self) -> OwnerCache | None:
+        """With ``watch``: the owners known on the live connection (dialling when needed;
+        a new connection starts with none and registers its callbacks, 2 RPCs). None
+        without ``watch``, or when libvirtd refused the callbacks on this connection.
+        Raises what a call raises (the link failing)."""
+        if not self._watch:
+            return None
+        with self._lock:
+            conn = self.connection()
+            if self._owners is not None and self._owners.conn is conn:
+                return self._owners
+            if self._owners_refused is conn:
+                return None
+            cache = OwnerCache()
+            try:
+                self.call("virConnectDomainEventRegisterAny", cache.watch)
+            except HostError as exc:
+                cache.stop()
+                if isinstance(exc, TransientError):
+                    raise
+                log.warning(
+                    "host %s: libvirt refused domain events (%s); owners are read in every observe",
+                    self.host.name,
+                    exc,
+                )
+                self._owners_refused = conn
+                return None
+            self._owners = cache  # the call succeeded under the lock: ``conn`` is still ours
+            return cache
+
+    def owner_changed(self, uuid: str) -> None:
+        """We changed the domain's owner: the known one is stale from now on."""
+        owners = self._owners
+        if owners is not None:
+            owners.changed(uuid)
+
     def lane(self) -> AbstractContextManager[object]:
         """Inside, the calling thread's calls go over a lane: a connection of its own on
         the same link, shared by at most ``CALLS_PER_LANE`` threads
@@ -193,6 +238,7 @@ class LibvirtSession:
                 self._lock.release()
             return
         self._conn = None
+        self._owners = None
         self._lanes.forget()
         bridge = self._bridge
         try:
@@ -294,12 +340,16 @@ class LibvirtSession:
         # goes. Closing the SSH link makes any such call return at once.
         self._conn = None
         self._lanes.forget()
+        owners, self._owners = self._owners, None
+        self._owners_refused = None
         bridge, self._bridge = self._bridge, None
         try:
             if bridge is not None:
                 bridge.close()
         finally:
             self._ssh.close()
+            if owners is not None:  # after the link closed: the RPC fails at once, if at all
+                owners.stop()
 
     def _failed(
         self,

@@ -97,8 +97,8 @@ def unused_bases(
 def _needed(repo: Repo, actions: Iterable[Action]) -> set[str]:
     """Every base name an image of the repo, or a new VM of this plan, builds on."""
     needed = {base_volume_name(image) for image in repo.fleet.images}
-    for proxy in repo.proxies:
-        image = resolve_image(repo.fleet, proxy.placement.image)
+    for named in {proxy.placement.image for proxy in repo.proxies}:  # each name once
+        image = resolve_image(repo.fleet, named)
         if image is not None:
             needed.add(base_volume_name(image))
     needed.update(base_volume_name(a.vm.image) for a in actions if isinstance(a, Create | Replace))

@@ -93,6 +93,7 @@ class _Planner:
         self.manifests: dict[str, Proxy] = {p.name: p for p in repo.proxies}
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
+        self.made: dict[str, Made | None] = {}  # proxy -> its image and machine type, per plan
         self.room = Room(inventory, self.policy.overcommit)
         seen = observe(inventory, fleet=self.fleet.name, hosts=self.hosts)
         self.owned, self.vms, self.taken = seen.owned, seen.vms, seen.taken
@@ -184,11 +185,13 @@ class _Planner:
         return [self._create(proxy, made)]
 
     def _made(self, proxy: Proxy) -> Made | None:
-        image = resolve_image(self.fleet, proxy.placement.image)
-        machine_type = self.fleet.machine_type(proxy.placement.machine_type)
-        if image is None or machine_type is None:
-            return None
-        return Made(image, machine_type)
+        """The proxy's image and machine type, resolved once per plan."""
+        if proxy.name not in self.made:
+            image = resolve_image(self.fleet, proxy.placement.image)
+            machine_type = self.fleet.machine_type(proxy.placement.machine_type)
+            found = None if image is None or machine_type is None else Made(image, machine_type)
+            self.made[proxy.name] = found
+        return self.made[proxy.name]
 
     def _digest(self, proxy: Proxy, made: Made, host: str) -> str:
         """The digest of ``proxy`` on ``host``, computed once per plan: the probe-path guard,
