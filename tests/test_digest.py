@@ -25,6 +25,7 @@ from reconciler.model import (
     Policy,
     Proxy,
 )
+from reconciler.model.secrets import SecretValue
 
 IMAGE = Image(key="debian", url="https://images.example/debian.qcow2", sha256="ab" * 32)
 SMALL = MachineType(key="small", vcpus=1, memory_mib=1024, disk_gib=10)
@@ -188,3 +189,28 @@ def test_the_encoding_is_versioned_sorted_compact_json() -> None:
         '"network":{"kind":"bridge","name":"br0"},"v":1}'
     )
     assert digest() == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_rotated_secret_changes_the_digest_after_the_old_one_was_remembered() -> None:
+    def with_secret(value: str, fingerprint: str) -> str:
+        cloud_init = dataclasses.replace(
+            PROXY.cloud_init, secrets=(SecretValue("token", value, fingerprint),)
+        )
+        return digest(proxy=dataclasses.replace(PROXY, cloud_init=cloud_init))
+
+    first = with_secret("old", "f" * 64)
+    assert with_secret("old", "f" * 64) == first  # remembered
+    assert with_secret("new", "e" * 64) != first
+    assert with_secret("other value, same fingerprint", "f" * 64) == first, (
+        "the digest covers the fingerprint, never the value"
+    )
+
+
+def test_a_remembered_digest_equals_one_computed_from_equal_values_built_anew() -> None:
+    remembered = digest()
+    rebuilt = Proxy(
+        name="web-1",
+        placement=Placement(zone="a", image="debian", machine_type="small"),
+        cloud_init=CloudInit(user_data="#cloud-config\npackages: [squid]\n"),
+    )
+    assert digest(proxy=rebuilt) == remembered == KNOWN_DIGEST

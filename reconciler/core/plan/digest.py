@@ -38,6 +38,7 @@ lightly, and tests/test_digest.py pins a known value.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Final
@@ -58,6 +59,38 @@ def spec_digest(
     restarted_at: str = "",
 ) -> str:
     """The sha256 hex digest of the fields listed in the module docstring."""
+    return _digest(
+        image,
+        machine_type,
+        cloud_init.user_data,
+        cloud_init.vendor_data,
+        cloud_init.network_config,
+        tuple((s.name, s.fingerprint) for s in cloud_init.secrets),
+        install_guest_agent,
+        network,
+        restarted_at,
+    )
+
+
+DIGESTS_KEPT: Final = 16384
+"""Digests remembered across plans, by the values they cover (secrets by name and
+fingerprint only: no secret's value is kept). A daemon plans the same proxies every
+cycle; looking a digest up (hashing its inputs, about 3 us) costs a fifth of computing it
+(the canonical JSON and its sha256, about 15 us): 0.02-0.03 s of a plan of 2,000."""
+
+
+@functools.lru_cache(maxsize=DIGESTS_KEPT)
+def _digest(
+    image: Image,
+    machine_type: MachineType,
+    user_data: str,
+    vendor_data: str | None,
+    network_config: str | None,
+    fingerprints: tuple[tuple[str, str], ...],
+    install_guest_agent: bool,
+    network: HostNetwork,
+    restarted_at: str,
+) -> str:
     document: dict[str, object] = {
         "v": VERSION,
         "image": {
@@ -72,17 +105,17 @@ def spec_digest(
             "diskGiB": machine_type.disk_gib,
         },
         "cloudInit": {
-            "userData": cloud_init.user_data,
-            "vendorData": cloud_init.vendor_data,
-            "networkConfig": cloud_init.network_config,
+            "userData": user_data,
+            "vendorData": vendor_data,
+            "networkConfig": network_config,
         },
         "installGuestAgent": install_guest_agent,
         "network": {"kind": network.kind, "name": network.name},
     }
     if restarted_at:
         document["restartedAt"] = restarted_at
-    if cloud_init.secrets:
-        document["secrets"] = {s.name: s.fingerprint for s in cloud_init.secrets}
+    if fingerprints:
+        document["secrets"] = dict(fingerprints)
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
