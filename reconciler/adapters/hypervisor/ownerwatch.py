@@ -67,10 +67,6 @@ class _EventLoop:
             self._thread = threading.Thread(target=self._run, name="libvirt-events", daemon=True)
             self._thread.start()
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
     @staticmethod
     def _run() -> None:
         while True:
