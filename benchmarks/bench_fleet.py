@@ -202,7 +202,8 @@ def main() -> int:
         seen = observe(repo.fleet, hypervisors, timeout=120)
         summaries.append(plan(repo, seen.inventory).summary())
         seconds = time.perf_counter() - began
-        cold.extend([] if cold else [seconds])
+        if not cold:  # the warm-up: the daemon's first cycle
+            cold.append(seconds)
         unreachable.append(sum(not h.reachable for h in seen.inventory.hosts))
         taken = counter.take()
         calls.append(sum(taken.values()))

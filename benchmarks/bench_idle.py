@@ -154,7 +154,8 @@ def main() -> int:
         seen = observe(repo.fleet, hosts, timeout=120)
         summaries.append(plan(repo, seen.inventory).summary())
         seconds = time.perf_counter() - began
-        cold.extend([] if cold else [seconds])
+        if not cold:  # the warm-up: the daemon's first cycle
+            cold.append(seconds)
         taken = counter.take()
         calls.append(sum(taken.values()))
         muts.append(mutating(taken))

@@ -23,9 +23,9 @@ What keeps it honest:
   reads the domain's XML and refuses a domain without our element or of another fleet
   right before it acts.
 
-libvirt needs an event loop for events (and answers libvirtd's keepalive probes from
-it): ``start_event_loop`` registers libvirt's default one, once per process, before
-the session's first connection, and runs it on a daemon thread.
+libvirt delivers events only to a process that runs an event loop: ``start_event_loop``
+registers libvirt's default one, once per process, before the session's first
+connection, and runs it on a daemon thread.
 """
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ class _EventLoop:
                 time.sleep(0.1)
 
 
-EVENT_LOOP = _EventLoop()
+_EVENT_LOOP = _EventLoop()
 
 
 def start_event_loop() -> None:
     """Register and run libvirt's event loop (once per process; later calls do nothing).
     Connections opened before it get no events."""
-    EVENT_LOOP.start()
+    _EVENT_LOOP.start()
 
 
 @dataclass(frozen=True)
