@@ -17,9 +17,10 @@ from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.hostcheck import version_text
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.core.render.domainxml import overlay_volume_xml
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Host, HostNetwork
-from reconciler.model.vm import VmSpec
+from reconciler.model.vm import VmSpec, base_volume_name
 
 # A pump or watchdog thread dying with an exception is a bug, not noise.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
@@ -279,6 +280,37 @@ def test_a_leftover_seed_from_an_interrupted_create_is_rebuilt(
     iso.get_file_from_iso_fp(out, rr_path="/user-data")
     iso.close()
     assert out.getvalue() == b"#cloud-config\nhostname: seven\n"
+    adapter.delete(spec.domain)
+
+
+def test_an_overlay_left_by_an_interrupted_create_is_reused_and_the_disks_are_the_pools_files(
+    adapter: LibvirtHost,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    local_conn: Any,
+    pool: tuple[str, Path],
+    cleanup_domains: list[str],
+) -> None:
+    spec = make_spec("web-8", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    handle = local_conn.storagePoolLookupByName(pool[0])
+    base = str(pool[1] / base_volume_name(spec.image))
+    handle.createXML(
+        overlay_volume_xml(
+            spec.overlay_name, capacity_gib=1, base_path=base, base_format=spec.image.format.value
+        ),
+        0,
+    )
+    inode = (pool[1] / spec.overlay_name).stat().st_ino
+
+    adapter.create(spec)
+
+    assert (pool[1] / spec.overlay_name).stat().st_ino == inode
+    xml = ET.fromstring(local_conn.lookupByName(spec.domain).XMLDesc(0))
+    sources = {d.get("file") for d in xml.iterfind("devices/disk/source")}
+    assert sources == {str(pool[1] / spec.overlay_name), str(pool[1] / spec.seed_name)}
+    assert all(Path(s).is_file() for s in sources if s)
     adapter.delete(spec.domain)
 
 

@@ -63,6 +63,9 @@ def test_the_second_create_on_a_base_reads_neither_its_marker_nor_the_new_domain
     assert "virDomainGetState" not in first_calls + second_calls
     assert second_calls.count("virDomainCreate") == 1
     assert len(second_calls) <= len(first_calls) - 3
+    # The new volumes are created outright and their paths are the objects' keys.
+    assert "virStorageVolLookupByName" not in second_calls
+    assert "virStorageVolGetPath" not in second_calls
     states = {d.name: d.state for d in adapter.observe().domains}
     assert states[first.domain] is states[second.domain] is DomainState.RUNNING
     adapter.delete(first.domain)

@@ -151,6 +151,27 @@ class BaseImages:
         )
         return path
 
+    def file_path(self, volume: Any, name: str) -> str:
+        """The path of a volume a new domain's disk points at, from the volume object's key
+        when that is a file path ending in ``name`` (a directory pool's key is the volume's
+        path, known without an RPC), else asked (``path``). Only for the disks of a create:
+        a wrong path there fails the boot; what decides about deletes asks the host."""
+        key = volume.key()
+        if isinstance(key, str) and key.startswith("/") and key.endswith(f"/{name}"):
+            return key
+        return self.path(volume, name)
+
+    def create_volume(self, pool: Any, name: str, xml: str) -> Any | None:
+        """Create a volume from ``xml``; None when one of that name exists already."""
+        try:
+            return self._session.call(
+                "virStorageVolCreateXML", lambda _c: pool.createXML(xml, 0), volume=name
+            )
+        except PermanentError as exc:
+            if exc.code == libvirt.VIR_ERR_STORAGE_VOL_EXIST:
+                return None
+            raise
+
     def delete_volume(self, pool: Any, name: str) -> bool:
         """Delete by name; False when it was not there."""
         volume = self.volume(pool, name)
@@ -299,12 +320,17 @@ class BaseImages:
             log.warning("host %s: could not remove partial volume %s: %s", self._host, name, exc)
 
     def write(self, pool: Any, name: str, content: bytes) -> Any:
-        """Create volume ``name`` holding exactly ``content`` (seed ISO, marker), replacing it."""
-        self.delete_volume(pool, name)
+        """Create volume ``name`` holding exactly ``content`` (seed ISO, marker), replacing it.
+        Created first; one left over of that name (a create that failed half-way) is
+        deleted and the create repeated."""
         xml = plain_volume_xml(name, capacity_bytes=len(content), fmt="raw")
-        volume = self._session.call(
-            "virStorageVolCreateXML", lambda _c: pool.createXML(xml, 0), volume=name
-        )
+        volume = self.create_volume(pool, name, xml)
+        if volume is None:
+            self.delete_volume(pool, name)
+            volume = self._session.call(
+                "virStorageVolCreateXML", lambda _c: pool.createXML(xml, 0), volume=name
+            )
+        self._forget(name)
         try:
             with self._session.rpc("virStorageVolUpload", volume=name, bytes=len(content)) as (
                 conn,

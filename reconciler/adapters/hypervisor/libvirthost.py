@@ -36,7 +36,7 @@ from reconciler.core.render.metadata import (
     owner_xml,
 )
 from reconciler.core.render.seediso import seed_iso
-from reconciler.errors import HostError, NotFoundError, PermanentError
+from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostInventory, Image, Owner
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec, vm_volumes
@@ -118,27 +118,26 @@ class LibvirtHost:
         images = self._images
         pool = images.pool()
         base_path = images.verified_path(pool, spec.image, expected=spec.image.sha256)
-        overlay = images.volume(pool, spec.overlay_name)
+        xml = overlay_volume_xml(
+            spec.overlay_name,
+            capacity_gib=spec.machine_type.disk_gib,
+            base_path=base_path,
+            base_format=spec.image.format.value,
+        )
+        self._session.trace("virStorageVolCreateXML", "volume XML", xml, volume=spec.overlay_name)
+        # Created first; an overlay left by a create that failed half-way is reused.
+        overlay = images.create_volume(pool, spec.overlay_name, xml) or images.volume(
+            pool, spec.overlay_name
+        )
         if overlay is None:
-            xml = overlay_volume_xml(
-                spec.overlay_name,
-                capacity_gib=spec.machine_type.disk_gib,
-                base_path=base_path,
-                base_format=spec.image.format.value,
-            )
-            self._session.trace(
-                "virStorageVolCreateXML", "volume XML", xml, volume=spec.overlay_name
-            )
-            overlay = self._session.call(
-                "virStorageVolCreateXML",
-                lambda _c: pool.createXML(xml, 0),
-                volume=spec.overlay_name,
+            raise TransientError(
+                f"overlay {spec.overlay_name} existed and then vanished", host=self.name
             )
         seed = images.write(pool, spec.seed_name, seed_iso(spec))
         xml = domain_xml(
             spec,
-            disk_path=images.path(overlay, spec.overlay_name),
-            seed_path=images.path(seed, spec.seed_name),
+            disk_path=images.file_path(overlay, spec.overlay_name),
+            seed_path=images.file_path(seed, spec.seed_name),
         )
         self._session.trace("virDomainDefineXML", "domain XML", xml, domain=spec.domain)
         dom = self._session.call(
