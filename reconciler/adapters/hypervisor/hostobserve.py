@@ -61,6 +61,12 @@ hosts already overlap, and forty reader threads cost more of the process's one c
 Python (their hand-offs) than the overlap gains: 0.34 s of CPU per observe of 10 hosts with
 2,000 domains against 0.21 s (docs/performance.md, row 7)."""
 
+BUILDING = threading.Lock()
+"""Held while one host's bulk stats become the model (no RPC under it): the hosts observed
+at once take turns instead of contending for the interpreter every few microseconds. Ten
+hosts of 200 domains each: about 60 ms of CPU per observe against 80 (docs/performance.md,
+row 7)."""
+
 
 class _Observing:
     """How many host observes this process is running now (for the readers' share)."""
@@ -124,12 +130,13 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
     unread: list[tuple[Any, dict[str, Any]]] = stats
     if owners is not None:  # the known ones on this thread: no reader wakes for them
         unread = []
-        for dom, values in stats:
-            known = _known_owner(dom, values, owners)
-            if known is None:
-                unread.append((dom, values))
-            else:
-                found.append(known)
+        with BUILDING:
+            for dom, values in stats:
+                known = _known_owner(dom, values, owners)
+                if known is None:
+                    unread.append((dom, values))
+                else:
+                    found.append(known)
     workers = min(OBSERVING.readers(), len(unread))
 
     pending = iter(unread)
@@ -154,7 +161,8 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
         with ThreadPoolExecutor(workers, thread_name_prefix=f"observe-{host.name}") as pool:
             readers = [pool.submit(read) for _ in range(workers)]
             found.extend(domain for reader in readers for domain in reader.result())
-    domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
+    with BUILDING:
+        domains = sorted((d for d in found if d is not None), key=lambda d: d.name)
     capacity = None
     if pool_space is not None:
         capacity = Capacity(

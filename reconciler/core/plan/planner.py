@@ -94,6 +94,7 @@ class _Planner:
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
         self.made: dict[str, Made | None] = {}  # proxy -> its image and machine type, per plan
+        self.split: dict[str, tuple[list[OwnedVm], list[OwnedVm]]] = {}  # see _split
         self.room = Room(inventory, self.policy.overcommit)
         seen = observe(inventory, fleet=self.fleet.name, hosts=self.hosts)
         self.owned, self.vms, self.taken = seen.owned, seen.vms, seen.taken
@@ -115,13 +116,9 @@ class _Planner:
         zones: dict[str, list[tuple[str, str] | None]] = defaultdict(list)
         for proxy in self.repo.proxies:
             made = self._made(proxy)
-            vms = [
-                vm
-                for vm in self.owned.get(proxy.name, [])
-                if made is not None and vm.digest == self._digest(proxy, made, vm.host)
-            ]
-            running = [vm for vm in vms if vm.state is DomainState.RUNNING]
-            kept = min(running, key=self._preference) if running else None
+            current = self._split(proxy, made)[0] if made is not None else []
+            up = [vm for vm in current if vm.state is DomainState.RUNNING]
+            kept = up[0] if len(up) == 1 else min(up, key=self._preference, default=None)
             zones[proxy.placement.zone].append((kept.host, kept.name) if kept else None)
         return zones
 
@@ -175,14 +172,12 @@ class _Planner:
         if made is None:  # a loaded repo never has this; block rather than crash
             keeps: list[Action] = [vm.action(Keep, f"{UNRESOLVED}; left as it is") for vm in vms]
             return keeps or [Blocked(reason=UNRESOLVED, proxy=proxy.name, blocks=CREATE)]
-        digests = {h: self._digest(proxy, made, h) for h in {vm.host for vm in vms}}
-        current = [vm for vm in vms if vm.digest == digests[vm.host]]
-        stale = [vm for vm in vms if vm.digest != digests[vm.host]]
+        current, stale = self._split(proxy, made)
         if current:
             return self._settle(proxy, made, current, stale)
         if stale:
             return self._replace(proxy, made, stale)
-        return [self._create(proxy, made)]
+        return [self._new_vm(proxy, made, prefer=None, replaces=None)]
 
     def _made(self, proxy: Proxy) -> Made | None:
         """The proxy's image and machine type, resolved once per plan."""
@@ -192,6 +187,18 @@ class _Planner:
             found = None if image is None or machine_type is None else Made(image, machine_type)
             self.made[proxy.name] = found
         return self.made[proxy.name]
+
+    def _split(self, proxy: Proxy, made: Made) -> tuple[list[OwnedVm], list[OwnedVm]]:
+        """The proxy's VMs with its current digest on their host, and the stale ones."""
+        found = self.split.get(proxy.name)
+        if found is None:
+            current: list[OwnedVm] = []
+            stale: list[OwnedVm] = []
+            for vm in self.owned.get(proxy.name, ()):
+                same = vm.digest == self._digest(proxy, made, vm.host)
+                (current if same else stale).append(vm)
+            found = self.split[proxy.name] = (current, stale)
+        return found
 
     def _digest(self, proxy: Proxy, made: Made, host: str) -> str:
         """The digest of ``proxy`` on ``host``, computed once per plan: the probe-path guard,
@@ -207,9 +214,13 @@ class _Planner:
         self, proxy: Proxy, made: Made, current: list[OwnedVm], stale: list[OwnedVm]
     ) -> list[Action]:
         """The proxy has a VM with the current digest: keep it, delete the rest safely."""
-        keeper, *duplicates = sorted(current, key=self._preference)
-        kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
+        keeper, *duplicates = (
+            current if len(current) == 1 else sorted(current, key=self._preference)
+        )
         actions: list[Action] = [self._keep(proxy, made, keeper)]
+        if not duplicates and not stale:
+            return actions
+        kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
         halt = self.history.halt
         record = self.history.record(keeper.host, keeper.name)
         # The halted new VM counts as failing only until a check passes (it may just have
@@ -287,9 +298,6 @@ class _Planner:
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
         return [new, *(block(vm.action(Delete, ""), why) for vm in others)]
-
-    def _create(self, proxy: Proxy, made: Made) -> Action:
-        return self._new_vm(proxy, made, prefer=None, replaces=None)
 
     def _new_vm(
         self,
