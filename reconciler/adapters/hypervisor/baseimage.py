@@ -330,7 +330,6 @@ class BaseImages:
             volume = self._session.call(
                 "virStorageVolCreateXML", lambda _c: pool.createXML(xml, 0), volume=name
             )
-        self._forget(name)
         try:
             with self._session.rpc("virStorageVolUpload", volume=name, bytes=len(content)) as (
                 conn,
