@@ -16,7 +16,10 @@ d. squid stopped inside one guest through the guest agent: that proxy is replace
 b. a commit gives every proxy a userData whose squid never starts: the rollout creates
    one new VM (batch 1 of 3), which fails its health gate; RolloutHalted is in the status,
    no second new VM is made, and the three old VMs answer every sample with the old
-   version; a revert commit deletes the broken VM and leaves the three old ones serving;
+   version; a revert commit deletes the broken VM and leaves the three old ones serving.
+   The daemon runs b with ``replaceTimeoutSeconds: 180`` (restarted for it, as an operator
+   would after editing its config, and restarted with 600 s after it): a gate that can only
+   fail waits out the whole timeout, and 600 s of it was the lab suite's longest wait;
 a. a commit gives the proxies' image key a new url and sha256 (a byte-different copy of the
    lab image, lab.imageupdate.recompressed) and ``policy.rollout: {maxUnavailable: 1,
    maxSurge: 1}``: every proxy gets a new VM in two batches (pfh-a and pfh-b at once, pfh-c
@@ -33,6 +36,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -40,7 +44,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from signal import SIGKILL
 from typing import Any
 
 import pytest
@@ -73,6 +76,11 @@ INTERVAL = 15
 REPLACE_TIMEOUT = 600
 """The executor's replace timeout (ApplySettings.replace_timeout): how long a new VM has to
 get healthy before its rollout halts."""
+BROKEN_GATE = 180
+"""Scenario b's replaceTimeoutSeconds: its new VM can never pass the gate, so the halt comes
+this long after the create whatever the machine's speed: on a quiet machine the VM boots
+and fails its probes first (~1-3 min); on a loaded one the timeout alone fails it, the same
+halt."""
 BOOT = 1500.0
 """Seconds for TCG guests to boot to a healthy proxy on shared cores (~2-3 min quiet, far
 more while other labs boot guests on the same two cores)."""
@@ -297,6 +305,31 @@ class Rig:
 
         self.wait(f"the cycle of {line!r} to finish", finished, timeout=REPLACE_TIMEOUT + 600)
 
+    def configure(self, replace_timeout: int) -> None:
+        """Write the daemon's config file, read when it starts."""
+        bare, tmp = self.remote.bare, self.daemon.workdir
+        self.daemon.config.write_text(
+            f"repo:\n  url: file://{bare}\n  branch: main\n"
+            f"interval: {INTERVAL}\njitter: 0\n"
+            f'listen: "127.0.0.1:{self.daemon.port}"\n'
+            f"webhook:\n  secretFile: {tmp / 'hook-secret'}\n"
+            f"ssh:\n  keyFile: {self.lab['sshKey']}\n"
+            f"  knownHostsFile: {self.lab['knownHosts']}\n"
+            f"replaceTimeoutSeconds: {replace_timeout}\n"
+            "log:\n  level: info\n"
+            f"stateDir: {self.state}\n"
+        )
+
+    def restart(self, replace_timeout: int) -> None:
+        """Stop the daemon as systemd does (SIGTERM; it finishes its cycle first) and start
+        it again with ``replace_timeout``. Its state directory (history, deletes) stays."""
+        self.alive()
+        assert self.daemon.proc is not None
+        self.daemon.signal(signal.SIGTERM)
+        assert self.daemon.proc.wait(timeout=REPLACE_TIMEOUT + 300) == 0, self.daemon.log()
+        self.configure(replace_timeout)
+        self.daemon.start()
+
     def cycle(self) -> None:
         """Wait until a cycle that starts after now has finished."""
         self.alive()
@@ -328,20 +361,10 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     remote.push("Three proxies in one zone", files)
 
     (tmp / "hook-secret").write_bytes(SECRET + b"\n")
-    port = free_port()
-    config = tmp / "proxyfleet.yaml"
-    config.write_text(
-        f"repo:\n  url: file://{bare}\n  branch: main\n"
-        f"interval: {INTERVAL}\njitter: 0\n"
-        f'listen: "127.0.0.1:{port}"\n'
-        f"webhook:\n  secretFile: {tmp / 'hook-secret'}\n"
-        f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
-        "log:\n  level: info\n"
-        f"stateDir: {tmp / 'state'}\n"
-    )
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    daemon = DaemonProcess(config, port, tmp, env)
+    daemon = DaemonProcess(tmp / "proxyfleet.yaml", free_port(), tmp, env)
     rig = Rig(lab, remote, daemon, tmp / "state")
+    rig.configure(REPLACE_TIMEOUT)
     started = time.monotonic()
     daemon.start()
     rig.timings["3 proxies healthy"] = rig.wait("three healthy proxies", rig.all_healthy)
@@ -368,7 +391,7 @@ def test_c_a_killed_vm_is_started_again_without_a_commit(rig: Rig) -> None:
     domain, host = proxy["domain"], proxy["host"]
     t0 = time.monotonic()
     pid = qemu_pid(host, domain)
-    os.kill(pid, SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     # libvirt sees the domain shut off because QEMU crashed (until the daemon starts it).
     states = []
     for _ in range(50):
@@ -512,6 +535,7 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
     before = vms(lab)
     ips = {n: p["ip"] for n, p in rig.proxies().items()}
     assert len(before) == 3, before
+    rig.restart(BROKEN_GATE)
     t0 = time.monotonic()
     with Through(ips, lab["probeUrl"]) as through:
         remote.push(
@@ -522,7 +546,7 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
         rig.wait(  # a halt of an earlier revision (d's, on a slow machine) does not count
             "RolloutHalted for pfh-a",
             lambda: "pfh-a's new VM" in (rig.condition("RolloutHalted") or {}).get("message", ""),
-            timeout=REPLACE_TIMEOUT + BOOT,
+            timeout=BROKEN_GATE + BOOT,
         )
         rig.timings["b: commit -> halted"] = time.monotonic() - t0
         halted = vms(lab)
@@ -555,6 +579,7 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
     for name, proxy in rig.proxies().items():
         status, header = probe_through(proxy["ip"], lab["probeUrl"])
         assert status == 204 and via(name, 1) in header, (name, header)
+    rig.restart(REPLACE_TIMEOUT)  # scenario a's new VMs get the whole timeout
 
 
 def rig_old(found: dict[str, Vm], proxy: str) -> str:
