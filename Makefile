@@ -55,13 +55,18 @@ unit: deps
 # root is built on the first run, ~2 min, and cached), then the lab end-to-end tests
 # (namespaced hypervisors, real guests booting under TCG; the guest image is built on the
 # first run, ~3-4 min, and cached, as is the Debian 13 root of the libvirt 11 lab host,
-# 1-6 min).
+# 1-6 min). The lab tests run as two pytest runs side by side on lab instances
+# $(LAB_INSTANCES) (lab/suite.py says why and how they are split).
+LAB_INSTANCES ?= 0,1
+LAB_PYTEST := $(BIN)/python -m lab.suite --instances $(LAB_INSTANCES) -- \
+	-q -p no:cacheprovider --durations=0 --durations-min=30
+
 test: lint bytecode
 	$(BIN)/pytest -q -m "not lab"
-	$(BIN)/pytest -q -m lab tests/lab --durations=0 --durations-min=30
+	$(LAB_PYTEST)
 
 test-lab: bytecode
-	$(BIN)/pytest -q -m lab tests/lab --durations=0 --durations-min=30
+	$(LAB_PYTEST)
 
 demo: bytecode
 	$(BIN)/python -m lab.demo

@@ -1,0 +1,100 @@
+"""``python -m lab.suite``: the lab tests (``tests/lab``) as two pytest runs side by side.
+
+Each run has a lab instance of its own (``PROXYFLEET_LAB_INSTANCE``: its own hosts,
+addresses, state and image server) and a ``--basetemp`` of its own; the image cache is
+shared (one build, under a lock). A TCG guest's boot keeps a core busy for ~1.5-2 min, but
+much of a lab module waits with its guests idle: for replaceAfterSeconds, a daemon
+interval, a health gate that can only fail. One module alone kept 1.15 of the 2 cores busy
+on average (day 2, 2026-12-04), so two runs overlap one's waits with the other's boots.
+
+Stream A runs ``FIRST`` (the daemon modules: about half of the suite's time); stream B every
+other module in ``tests/lab``, so that a new module runs without being listed. Both print
+their lines as they come, prefixed ``[lab-k]``; the exit code is the first non-zero one of
+the two (pytest's 5, no test collected, included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests" / "lab"
+FIRST = (
+    "test_e2e_day2.py",
+    "test_e2e_daemon.py",
+    "test_e2e_standby.py",
+    "test_lab_hosts.py",
+    "test_e2e_kvm.py",
+)
+"""Stream A's modules, in this order; ~2,100 s of the ~4,100 s run alone on 2026-12-04."""
+
+
+def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:
+    """The pytest arguments of stream A and of stream B."""
+    missing = [name for name in FIRST if not (TESTS / name).is_file()]
+    if missing:
+        raise SystemExit(f"lab.suite: FIRST names modules that do not exist: {missing}")
+    first = [str(TESTS / name) for name in FIRST]
+    rest = [str(TESTS), *(f"--ignore={path}" for path in first)]
+    return first + pytest_args, rest + pytest_args
+
+
+def _pump(prefix: str, proc: subprocess.Popen[bytes], lock: threading.Lock) -> None:
+    assert proc.stdout is not None
+    for line in iter(proc.stdout.readline, b""):
+        with lock:
+            sys.stdout.buffer.write(prefix.encode() + line)
+            sys.stdout.buffer.flush()
+
+
+def run(instances: tuple[int, int], pytest_args: list[str]) -> int:
+    lock = threading.Lock()
+    started = time.monotonic()
+    procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
+    for instance, args in zip(instances, commands(pytest_args), strict=True):
+        env = {**os.environ, "PROXYFLEET_LAB_INSTANCE": str(instance)}
+        basetemp = Path("/tmp") / f"proxyfleet-lab-{instance}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-m", "lab", f"--basetemp={basetemp}", *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        prefix = f"[lab-{instance}] "
+        pump = threading.Thread(target=_pump, args=(prefix, proc, lock), daemon=True)
+        pump.start()
+        procs.append((prefix, proc, pump))
+    codes = []
+    for prefix, proc, pump in procs:
+        codes.append(proc.wait())
+        pump.join()
+        print(f"{prefix}exit {codes[-1]} after {time.monotonic() - started:.0f} s", flush=True)
+    return next((code for code in codes if code != 0), 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.suite", description=__doc__)
+    parser.add_argument(
+        "--instances",
+        default="0,1",
+        help="the two lab instances, A's then B's (default 0,1)",
+    )
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to both runs")
+    args = parser.parse_args(argv)
+    a, b = (int(k) for k in args.instances.split(","))
+    if a == b:
+        parser.error("--instances needs two different instances")
+    extra = [x for x in args.pytest_args if x != "--"]
+    return run((a, b), extra)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
