@@ -266,7 +266,7 @@ class Proxy:
     @property
     def restarted_at(self) -> str:
         """``metadata.annotations["proxyfleet.io/restartedAt"]``: changing it rolls the proxy."""
-        return dict(self.annotations).get(RESTARTED_AT, "")
+        return next((value for key, value in self.annotations if key == RESTARTED_AT), "")
 
 
 RESTARTED_AT = "proxyfleet.io/restartedAt"

@@ -93,7 +93,7 @@ class _Planner:
         self.manifests: dict[str, Proxy] = {p.name: p for p in repo.proxies}
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
-        self.made: dict[str, Made | None] = {}  # proxy -> its image and machine type, per plan
+        self.made: dict[tuple[str, str], Made | None] = {}  # (image, machine type) -> Made
         self.split: dict[str, tuple[list[OwnedVm], list[OwnedVm]]] = {}  # see _split
         self.room = Room(inventory, self.policy.overcommit)
         seen = observe(inventory, fleet=self.fleet.name, hosts=self.hosts)
@@ -180,13 +180,14 @@ class _Planner:
         return [self._new_vm(proxy, made, prefer=None, replaces=None)]
 
     def _made(self, proxy: Proxy) -> Made | None:
-        """The proxy's image and machine type, resolved once per plan."""
-        if proxy.name not in self.made:
-            image = resolve_image(self.fleet, proxy.placement.image)
-            machine_type = self.fleet.machine_type(proxy.placement.machine_type)
+        """The proxy's image and machine type, resolved once per plan per pair of keys."""
+        keys = (proxy.placement.image, proxy.placement.machine_type)
+        if keys not in self.made:
+            image = resolve_image(self.fleet, keys[0])
+            machine_type = self.fleet.machine_type(keys[1])
             found = None if image is None or machine_type is None else Made(image, machine_type)
-            self.made[proxy.name] = found
-        return self.made[proxy.name]
+            self.made[keys] = found
+        return self.made[keys]
 
     def _split(self, proxy: Proxy, made: Made) -> tuple[list[OwnedVm], list[OwnedVm]]:
         """The proxy's VMs with its current digest on their host, and the stale ones."""
