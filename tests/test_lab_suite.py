@@ -1,0 +1,65 @@
+"""``python -m lab.suite``: the lab tests split into two pytest runs side by side, each on
+its own lab instance; every lab module runs in exactly one of them, and a failure in
+either fails the whole."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import suite
+
+
+def modules_of(args: list[str]) -> set[str]:
+    """The lab modules a run's arguments select, as pytest would."""
+    paths = [Path(a) for a in args if not a.startswith("-")]
+    ignored = {Path(a.removeprefix("--ignore=")) for a in args if a.startswith("--ignore=")}
+    found: set[str] = set()
+    for path in paths:
+        files = sorted(path.glob("test_*.py")) if path.is_dir() else [path]
+        found.update(f.name for f in files if f not in ignored)
+    return found
+
+
+def test_every_lab_module_runs_in_exactly_one_of_the_two_streams() -> None:
+    first, rest = suite.commands(["-q"])
+    a, b = modules_of(first), modules_of(rest)
+    every = {f.name for f in suite.TESTS.glob("test_*.py")}
+    assert a == set(suite.FIRST)
+    assert a.isdisjoint(b)
+    assert a | b == every
+    assert first[-1] == rest[-1] == "-q"  # the extra arguments reach both
+
+
+def test_a_module_named_in_first_that_does_not_exist_stops_the_suite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(suite, "FIRST", (*suite.FIRST, "test_e2e_gone.py"))
+    with pytest.raises(SystemExit, match=r"test_e2e_gone\.py"):
+        suite.commands([])
+
+
+def test_the_suite_fails_when_either_run_fails_and_says_which(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each run's pytest replaced by a one-line script that exits with its instance number;
+    the lines come out prefixed and the exit code is the non-zero one."""
+    calls: list[list[str]] = []
+    real = subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        calls.append(argv)
+        instance = kwargs["env"]["PROXYFLEET_LAB_INSTANCE"]  # type: ignore[index]
+        script = f"print('ran {instance}'); raise SystemExit({instance})"
+        return real([sys.executable, "-c", script], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(suite.subprocess, "Popen", popen)
+    assert suite.run((0, 3), ["-q"]) == 3
+    out = capfd.readouterr().out
+    assert "[lab-0] ran 0" in out and "[lab-3] ran 3" in out
+    assert "[lab-3] exit 3" in out
+    assert all("--basetemp=/tmp/proxyfleet-lab-" in " ".join(argv) for argv in calls)
+    assert suite.run((0, 0), []) == 0  # both exit 0
