@@ -58,7 +58,9 @@ def run(instances: tuple[int, int], pytest_args: list[str]) -> int:
     started = time.monotonic()
     procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
     for instance, args in zip(instances, commands(pytest_args), strict=True):
-        env = {**os.environ, "PROXYFLEET_LAB_INSTANCE": str(instance)}
+        # Unbuffered: pytest's lines through a pipe would otherwise come in 8 KiB blocks,
+        # and a run stopped by a CI timeout would lose them.
+        env = {**os.environ, "PROXYFLEET_LAB_INSTANCE": str(instance), "PYTHONUNBUFFERED": "1"}
         basetemp = Path("/tmp") / f"proxyfleet-lab-{instance}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-m", "lab", f"--basetemp={basetemp}", *args],
