@@ -45,18 +45,23 @@ def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:
     return first + pytest_args, rest + pytest_args
 
 
-def _pump(prefix: str, proc: subprocess.Popen[bytes], lock: threading.Lock) -> None:
+def _pump(prefix: str, proc: subprocess.Popen[bytes], lock: threading.Lock, started: float) -> None:
+    """Copy the run's lines, prefixed, then say how it ended and when (its own time, not
+    the time the other run was waited for)."""
     assert proc.stdout is not None
     for line in iter(proc.stdout.readline, b""):
         with lock:
             sys.stdout.buffer.write(prefix.encode() + line)
             sys.stdout.buffer.flush()
+    code = proc.wait()
+    with lock:
+        print(f"{prefix}exit {code} after {time.monotonic() - started:.0f} s", flush=True)
 
 
 def run(instances: tuple[int, int], pytest_args: list[str]) -> int:
     lock = threading.Lock()
     started = time.monotonic()
-    procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
+    procs: list[tuple[subprocess.Popen[bytes], threading.Thread]] = []
     for instance, args in zip(instances, commands(pytest_args), strict=True):
         # Unbuffered: pytest's lines through a pipe would otherwise come in 8 KiB blocks,
         # and a run stopped by a CI timeout would lose them.
@@ -71,14 +76,13 @@ def run(instances: tuple[int, int], pytest_args: list[str]) -> int:
             stderr=subprocess.STDOUT,
         )
         prefix = f"[lab-{instance}] "
-        pump = threading.Thread(target=_pump, args=(prefix, proc, lock), daemon=True)
+        pump = threading.Thread(target=_pump, args=(prefix, proc, lock, started), daemon=True)
         pump.start()
-        procs.append((prefix, proc, pump))
+        procs.append((proc, pump))
     codes = []
-    for prefix, proc, pump in procs:
+    for proc, pump in procs:
         codes.append(proc.wait())
         pump.join()
-        print(f"{prefix}exit {codes[-1]} after {time.monotonic() - started:.0f} s", flush=True)
     return next((code for code in codes if code != 0), 0)
 
 
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     a, b = (int(k) for k in args.instances.split(","))
     if a == b:
         parser.error("--instances needs two different instances")
-    extra = [x for x in args.pytest_args if x != "--"]
+    extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     return run((a, b), extra)
 
 
