@@ -22,8 +22,10 @@ Verified with the drivers as installed (tooz 9.1, etcd3gw 2.7), not assumed:
   ``run_watchers``, which compares the members with the last read and updates the ring.
 - What the partitioner does not do, done here: joining again when our own membership
   lapsed (a lease that ran out while the service was unreachable; tooz then renews a
-  fresh, empty lease), and starting over when a watcher failed half-way (a member
-  that left between the read of the members and the read of its capabilities).
+  fresh, empty lease), starting over when a watcher failed half-way (a member that
+  left between the read of the members and the read of its capabilities), and starting
+  over when its ring is not the group's members (a join or leave between the
+  partitioner's read of the members and its watchers' snapshot is never reported).
 
 Every tooz failure becomes CoordinationError here, once.
 """
@@ -104,6 +106,7 @@ class ToozRing:
                     part = self._parts.get(fleet) or self._join_locked(coord, fleet)
                     if self._id not in part.ring.nodes:
                         self._rejoin_locked(coord, fleet, part)
+                    part = self._checked_locked(coord, fleet, part)
                     nodes = part.ring.nodes
                     members[fleet] = tuple(sorted(_text(n) for n in nodes))
                     owners[fleet] = (
@@ -170,6 +173,31 @@ class ToozRing:
         self._parts[fleet] = part
         return part
 
+    def _checked_locked(
+        self, coord: coordination.CoordinationDriver, fleet: str, part: Partitioner
+    ) -> Partitioner:
+        """``part``, or a new one if its ring is not the group's members as read now.
+
+        A Partitioner reads the members for its ring before its watchers take their own
+        snapshot; a member that joins or leaves between the two reads is never reported,
+        and the ring stays wrong for as long as the partitioner lives (seen on etcd: two
+        daemons each with a ring of itself alone, both owning every fleet). A new
+        partitioner reads afresh; a change in its own window is caught here next time."""
+        listed = set(coord.get_members(group_of(fleet)).get())
+        ringed = set(part.ring.nodes)
+        if listed == ringed:
+            return part
+        log.info(
+            "The ring of fleet %s held %s but the group holds %s; reading it anew.",
+            fleet,
+            _names(ringed),
+            _names(listed),
+        )
+        with contextlib.suppress(ValueError, KeyError):
+            part.stop()
+        del self._parts[fleet]
+        return self._join_locked(coord, fleet)
+
     def _rejoin_locked(
         self, coord: coordination.CoordinationDriver, fleet: str, part: Partitioner
     ) -> None:
@@ -207,6 +235,10 @@ class ToozRing:
         for part in parts.values():
             with contextlib.suppress(*failures(), ValueError, KeyError):
                 part.stop()
+
+
+def _names(nodes: set[Any]) -> str:
+    return ", ".join(sorted(_text(n) for n in nodes)) or "nobody"
 
 
 def _text(node: object) -> str:
