@@ -503,6 +503,9 @@ def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         f"ssh:\n  keyFile: {lab['sshKey']}\n  knownHostsFile: {lab['knownHosts']}\n"
         "log:\n  level: debug\n"  # every rpc traced: more lines for the canary search
         f"stateDir: {tmp / 'state'}\n"
+        # The replace's new VM gets as long as the test waits for it (the default 600 s
+        # is short for a boot while the other lab stream boots guests beside it).
+        f"replaceTimeoutSeconds: {CONVERGE_TIMEOUT:.0f}\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     daemon = DaemonProcess(config, port, tmp, env)

@@ -18,8 +18,8 @@ b. a commit gives every proxy a userData whose squid never starts: the rollout c
    no second new VM is made, and the three old VMs answer every sample with the old
    version; a revert commit deletes the broken VM and leaves the three old ones serving.
    The daemon runs b with ``replaceTimeoutSeconds: 180`` (restarted for it, as an operator
-   would after editing its config, and restarted with 600 s after it): a gate that can only
-   fail waits out the whole timeout, and 600 s of it was the lab suite's longest wait;
+   would after editing its config, and restarted with REPLACE_TIMEOUT after it): a gate that
+   can only fail waits out the whole timeout, and 600 s of it was the lab suite's longest wait;
 a. a commit gives the proxies' image key a new url and sha256 (a byte-different copy of the
    lab image, lab.imageupdate.recompressed) and ``policy.rollout: {maxUnavailable: 1,
    maxSurge: 1}``: every proxy gets a new VM in two batches (pfh-a and pfh-b at once, pfh-c
@@ -32,6 +32,7 @@ a. a commit gives the proxies' image key a new url and sha256 (a byte-different 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -73,9 +74,13 @@ PREFIX = f"pf-{FLEET}-"
 IMAGE_KEY = "debian12"
 REPLACE_AFTER = 60
 INTERVAL = 15
-REPLACE_TIMEOUT = 600
+REPLACE_TIMEOUT = 1200
 """The executor's replace timeout (ApplySettings.replace_timeout): how long a new VM has to
-get healthy before its rollout halts."""
+get healthy before its rollout halts. A create-to-healthy takes ~3 min here alone (TCG); in
+`make test` the other lab stream boots guests on the same two cores and boots take ~3x as
+long (this module's setup: 348 s alone, 1076 s in CI), and with 600 s CI once saw scenario
+a's pfh-b still booting when its gate ran out. Only a gate that fails waits it out (b has
+its own, BROKEN_GATE)."""
 BROKEN_GATE = 180
 """Scenario b's replaceTimeoutSeconds: its new VM can never pass the gate, so the halt comes
 this long after the create whatever the machine's speed: on a quiet machine the VM boots
@@ -194,9 +199,9 @@ def qemu_pid(host: str, domain: str) -> int:
     raise AssertionError(f"no QEMU process of {domain} on {host}")
 
 
-def guest_exec(host: str, domain: str, *argv: str) -> None:
-    """Run ``argv`` in the guest through qemu-guest-agent (guest-exec), as an operator or a
-    fault would, and wait for it to exit 0."""
+def guest_run(host: str, domain: str, *argv: str, timeout: float = 120) -> dict[str, Any]:
+    """Run ``argv`` in the guest through qemu-guest-agent (guest-exec) and wait for it to
+    exit: guest-exec-status's answer (exitcode, base64 out-data and err-data)."""
     command = {
         "execute": "guest-exec",
         "arguments": {"path": argv[0], "arg": list(argv[1:]), "capture-output": True},
@@ -211,8 +216,44 @@ def guest_exec(host: str, domain: str, *argv: str) -> None:
         status = json.loads(virsh(host, "qemu-agent-command", domain, json.dumps(query)))["return"]
         return bool(status.get("exited"))
 
-    wait_for(f"{' '.join(argv)} in {domain}", exited, 120, step=1.0)
+    wait_for(f"{' '.join(argv)} in {domain}", exited, timeout, step=1.0)
+    return status
+
+
+def guest_exec(host: str, domain: str, *argv: str) -> None:
+    """Run ``argv`` in the guest, as an operator or a fault would, and wait for it to exit 0."""
+    status = guest_run(host, domain, *argv)
     assert status.get("exitcode") == 0, status
+
+
+GUEST_REPORT = (
+    "uptime; cloud-init status --long; systemctl --no-pager status squid cloud-final; "
+    "systemd-analyze; systemd-analyze blame | head -12; "
+    "journalctl -b --no-pager -u squid -u cloud-final | tail -40"
+)
+"""What a new VM that failed its gate says of its boot: how far cloud-init got, squid's
+unit, where the boot's time went."""
+
+
+def guest_report(lab: dict[str, Any], domain: str) -> str:
+    """GUEST_REPORT from ``domain``'s guest, or why it could not be had (never raises: it
+    only explains a failure already found)."""
+    found = vms(lab).get(domain)
+    if found is None:
+        return f"{domain}: no longer defined"
+    try:
+        status = guest_run(found.host, domain, "/bin/sh", "-c", GUEST_REPORT, timeout=60)
+    except (AssertionError, lab_hosts.LabError, KeyError, ValueError) as exc:
+        return f"{domain} on {found.host} ({found.state}): no guest report: {exc}"
+    out = b"".join(base64.b64decode(status.get(k, "")) for k in ("out-data", "err-data"))
+    return f"{domain} on {found.host} ({found.state}):\n{out.decode(errors='replace')}"
+
+
+def halted_report(lab: dict[str, Any], halted: dict[str, Any]) -> str:
+    """The RolloutHalted condition and the report of each new VM its message names."""
+    named = re.findall(r"new VM (\S+) did not become healthy", str(halted.get("message", "")))
+    reports = "\n".join(guest_report(lab, domain) for domain in dict.fromkeys(named))
+    return f"the image rollout halted: {halted}\n{reports}"
 
 
 class Through:
@@ -627,7 +668,7 @@ def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
 
     def rolled() -> bool:
         halted = rig.condition("RolloutHalted")
-        assert halted is None, f"the image rollout halted: {halted}"
+        assert halted is None, halted_report(lab, halted)
         found = vms(lab)
         new = [of_proxy(found, p) for p in PROXIES]
         if any(len(d) != 1 or d[0] in before for d in new):
