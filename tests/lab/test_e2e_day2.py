@@ -38,6 +38,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -243,7 +244,14 @@ def guest_report(lab: dict[str, Any], domain: str) -> str:
         return f"{domain}: no longer defined"
     try:
         status = guest_run(found.host, domain, "/bin/sh", "-c", GUEST_REPORT, timeout=60)
-    except (AssertionError, lab_hosts.LabError, KeyError, ValueError) as exc:
+    except (
+        AssertionError,
+        lab_hosts.LabError,
+        subprocess.TimeoutExpired,
+        pytest.fail.Exception,  # the guest did not finish the report in time
+        KeyError,
+        ValueError,
+    ) as exc:
         return f"{domain} on {found.host} ({found.state}): no guest report: {exc}"
     out = b"".join(base64.b64decode(status.get(k, "")) for k in ("out-data", "err-data"))
     return f"{domain} on {found.host} ({found.state}):\n{out.decode(errors='replace')}"
@@ -601,6 +609,11 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
     assert set(before) <= set(halted) and set(still) == set(halted), (before, halted, still)
     condition = rig.condition("RolloutHalted")
     assert condition is not None and "pfh-a" in condition["message"], condition
+    # What scenario a's test says if its rollout halts: the report of the named guest
+    # (which may still be booting here: the gate is short).
+    report = halted_report(lab, condition)
+    print(f"b: {report}")
+    assert f"\n{broken} on " in report, report
     log = daemon.log()
     gate = f"Replace of {rig_old(before, 'pfh-a')} by {broken} on "
     assert re.search(re.escape(gate) + r"\S+ failed its health gate", log), log[-4000:]
