@@ -64,6 +64,12 @@ class History:
     def record(self, host: str, domain: str) -> VmRecord:
         return self._index.get((host, domain), _NO_RECORD)
 
+    def failing_count(self) -> int:
+        """VMs whose probe fails now, once they were healthy: those ``failing_for`` times."""
+        if self.now is None:
+            return 0
+        return sum(1 for _, r in self.vms if r.failing_since is not None and r.healthy_once)
+
     def failing_for(self, host: str, domain: str) -> float | None:
         """Seconds the VM's probe has failed without a break, once it was healthy; else None."""
         record = self.record(host, domain)

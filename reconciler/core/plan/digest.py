@@ -65,11 +65,16 @@ def spec_digest(
         cloud_init.user_data,
         cloud_init.vendor_data,
         cloud_init.network_config,
-        tuple((s.name, s.fingerprint) for s in cloud_init.secrets),
+        _fingerprints(cloud_init),
         install_guest_agent,
         network,
         restarted_at,
     )
+
+
+def _fingerprints(cloud_init: CloudInit) -> tuple[tuple[str, str], ...]:
+    secrets = cloud_init.secrets
+    return tuple((s.name, s.fingerprint) for s in secrets) if secrets else ()
 
 
 DIGESTS_KEPT: Final = 16384
@@ -133,11 +138,16 @@ def proxy_digest(
     synthetic image for a direct URL), ``machine_type`` the resolved
     ``placement.machineType``: the planner resolves both once per proxy.
     """
-    return spec_digest(
-        image=image,
-        machine_type=machine_type,
-        cloud_init=proxy.cloud_init,
-        install_guest_agent=proxy.install_guest_agent,
-        network=host.network,
-        restarted_at=proxy.restarted_at,
+    cloud_init = proxy.cloud_init  # spec_digest's fields, without its keyword call: the
+    # planner asks once per proxy per plan
+    return _digest(
+        image,
+        machine_type,
+        cloud_init.user_data,
+        cloud_init.vendor_data,
+        cloud_init.network_config,
+        _fingerprints(cloud_init),
+        proxy.install_guest_agent,
+        host.network,
+        proxy.restarted_at,
     )

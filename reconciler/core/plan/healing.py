@@ -18,6 +18,7 @@ rules (docs/planning.md, "Day 2"):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -113,13 +114,17 @@ def hand_edits(domain: Domain, machine_type: MachineType) -> str:
 
 
 def suspect_zones(
-    zones: dict[str, list[tuple[str, str] | None]], history: History
+    kept: Callable[[], dict[str, list[tuple[str, str] | None]]], history: History
 ) -> dict[str, str]:
     """Zone -> why its probe path is suspect, for zones where at least half of the proxies
-    (at least 2) fail their probe at once. ``zones`` maps each zone to its proxies' kept
-    running VMs as (host, domain), None for a proxy without one."""
+    (at least 2) fail their probe at once. ``kept()`` maps each zone to its proxies' kept
+    running VMs as (host, domain), None for a proxy without one; it is not called when
+    fewer than 2 VMs fail in all (no zone can be suspect), as on an idle fleet, where
+    finding every proxy's kept VM up front was a tenth of the plan."""
     suspect: dict[str, str] = {}
-    for zone, vms in sorted(zones.items()):
+    if history.failing_count() < 2:
+        return suspect
+    for zone, vms in sorted(kept().items()):
         failing = sum(1 for vm in vms if vm is not None and history.failing_for(*vm) is not None)
         if failing >= 2 and 2 * failing >= len(vms):
             suspect[zone] = (

@@ -103,7 +103,7 @@ class _Planner:
         self.placement = Placement(
             self.hosts, self.zones, reachable=self.reachable, load=self.load, room=self.room
         )
-        self.suspect = suspect_zones(self._kept_running(), history)
+        self.suspect = suspect_zones(self._kept_running, history)
 
     def _preference(self, vm: OwnedVm) -> tuple[bool, bool, str, str]:
         """Which of several VMs of one proxy is kept: a running one first, then one whose
