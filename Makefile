@@ -56,17 +56,17 @@ unit: deps
 # (namespaced hypervisors, real guests booting under TCG; the guest image is built on the
 # first run, ~3-4 min, and cached, as is the Debian 13 root of the libvirt 11 lab host,
 # 1-6 min). The lab tests run as two pytest runs side by side on lab instances
-# $(LAB_INSTANCES) (lab/suite.py says why and how they are split).
+# $(LAB_INSTANCES), and the rest of the suite as a third run beside them (lab/suite.py says
+# why and how they are split); `make unit` and `make test-lab` run parts alone.
 LAB_INSTANCES ?= 0,1
-LAB_PYTEST := $(BIN)/python -m lab.suite --instances $(LAB_INSTANCES) -- \
-	-q -p no:cacheprovider --durations=0 --durations-min=30
+LAB_PYTEST := $(BIN)/python -m lab.suite --instances $(LAB_INSTANCES)
+LAB_PYTEST_ARGS := -q -p no:cacheprovider --durations=0 --durations-min=30
 
 test: lint bytecode
-	$(BIN)/pytest -q -m "not lab"
-	$(LAB_PYTEST)
+	$(LAB_PYTEST) --with-non-lab -- $(LAB_PYTEST_ARGS)
 
 test-lab: bytecode
-	$(LAB_PYTEST)
+	$(LAB_PYTEST) -- $(LAB_PYTEST_ARGS)
 
 demo: bytecode
 	$(BIN)/python -m lab.demo

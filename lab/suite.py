@@ -1,4 +1,5 @@
-"""``python -m lab.suite``: the lab tests (``tests/lab``) as two pytest runs side by side.
+"""``python -m lab.suite``: the lab tests (``tests/lab``) as two pytest runs side by side,
+and with ``--with-non-lab`` the rest of the suite (``-m "not lab"``) as a third beside them.
 
 Each run has a lab instance of its own (``PROXYFLEET_LAB_INSTANCE``: its own hosts,
 addresses, state and image server) and a ``--basetemp`` of its own; the image cache is
@@ -6,6 +7,10 @@ shared (one build, under a lock). A TCG guest's boot keeps a core busy for ~1.5-
 much of a lab module waits with its guests idle: for replaceAfterSeconds, a daemon
 interval, a health gate that can only fail. One module alone kept 1.15 of the 2 cores busy
 on average (day 2, 2026-12-04), so two runs overlap one's waits with the other's boots.
+
+The non-lab run (unit and integration tests: real libvirtd, sshd, etcd and a systemd box on
+the machine itself, none of the lab's namespaces) took 850 s alone before the labs started;
+beside them it fills the cores their guests leave idle. It needs no lab instance.
 
 Stream A runs ``FIRST`` (the daemon modules: about half of the suite's time); stream B every
 other module in ``tests/lab``, so that a new module runs without being listed. Both print
@@ -58,24 +63,45 @@ def _pump(prefix: str, proc: subprocess.Popen[bytes], lock: threading.Lock, star
         print(f"{prefix}exit {code} after {time.monotonic() - started:.0f} s", flush=True)
 
 
-def run(instances: tuple[int, int], pytest_args: list[str]) -> int:
+NON_LAB_ARGS = ("-q", "-m", "not lab", "-p", "no:cacheprovider", "--durations=15")
+"""The third run's pytest arguments (``--with-non-lab``)."""
+
+
+def runs(
+    instances: tuple[int, int], pytest_args: list[str], *, non_lab: bool
+) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Each run's prefix, pytest arguments and extra environment."""
+    planned = []
+    for instance, args in zip(instances, commands(pytest_args), strict=True):
+        basetemp = Path("/tmp") / f"proxyfleet-lab-{instance}"
+        planned.append(
+            (
+                f"[lab-{instance}] ",
+                ["-m", "lab", f"--basetemp={basetemp}", *args],
+                {"PROXYFLEET_LAB_INSTANCE": str(instance)},
+            )
+        )
+    if non_lab:
+        planned.append(("[non-lab] ", list(NON_LAB_ARGS), {}))
+    return planned
+
+
+def run(instances: tuple[int, int], pytest_args: list[str], *, non_lab: bool = False) -> int:
     lock = threading.Lock()
     started = time.monotonic()
     procs: list[tuple[subprocess.Popen[bytes], threading.Thread]] = []
-    for instance, args in zip(instances, commands(pytest_args), strict=True):
+    for prefix, args, extra_env in runs(instances, pytest_args, non_lab=non_lab):
         # Unbuffered: pytest's lines through a pipe would otherwise come in 8 KiB blocks,
         # and a run stopped by a CI timeout would lose them.
-        env = {**os.environ, "PROXYFLEET_LAB_INSTANCE": str(instance), "PYTHONUNBUFFERED": "1"}
-        basetemp = Path("/tmp") / f"proxyfleet-lab-{instance}"
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-m", "lab", f"--basetemp={basetemp}", *args],
+            [sys.executable, "-m", "pytest", *args],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        prefix = f"[lab-{instance}] "
         pump = threading.Thread(target=_pump, args=(prefix, proc, lock, started), daemon=True)
         pump.start()
         procs.append((proc, pump))
@@ -93,13 +119,18 @@ def main(argv: list[str] | None = None) -> int:
         default="0,1",
         help="the two lab instances, A's then B's (default 0,1)",
     )
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to both runs")
+    parser.add_argument(
+        "--with-non-lab",
+        action="store_true",
+        help='also run pytest -m "not lab" beside the two lab runs',
+    )
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to both lab runs")
     args = parser.parse_args(argv)
     a, b = (int(k) for k in args.instances.split(","))
     if a == b:
         parser.error("--instances needs two different instances")
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
-    return run((a, b), extra)
+    return run((a, b), extra, non_lab=args.with_non_lab)
 
 
 if __name__ == "__main__":

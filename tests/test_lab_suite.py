@@ -63,3 +63,30 @@ def test_the_suite_fails_when_either_run_fails_and_says_which(
     assert "[lab-3] exit 3" in out
     assert all("--basetemp=/tmp/proxyfleet-lab-" in " ".join(argv) for argv in calls)
     assert suite.run((0, 0), []) == 0  # both exit 0
+
+
+def test_with_non_lab_a_third_run_takes_every_test_not_marked_lab_and_its_failure_counts(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The non-lab run gets no lab instance and no lab arguments; the lab runs pass, it
+    fails, and the suite fails with its code."""
+    calls: list[tuple[list[str], str | None]] = []
+    real = subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        instance = kwargs["env"].get("PROXYFLEET_LAB_INSTANCE")  # type: ignore[attr-defined]
+        calls.append((argv, instance))
+        code = 0 if instance is not None else 7
+        script = f"print('ran {instance}'); raise SystemExit({code})"
+        return real([sys.executable, "-c", script], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.delenv("PROXYFLEET_LAB_INSTANCE", raising=False)
+    monkeypatch.setattr(suite.subprocess, "Popen", popen)
+    assert suite.run((0, 1), ["--durations-min=30"], non_lab=True) == 7
+    out = capfd.readouterr().out
+    assert "[non-lab] ran None" in out and "[non-lab] exit 7" in out
+    (non_lab,) = [argv for argv, instance in calls if instance is None]
+    assert non_lab[non_lab.index("-m", 3) + 1] == "not lab"
+    assert "--durations-min=30" not in non_lab
+    assert not any(a.startswith("--basetemp") or a.endswith(".py") for a in non_lab)
+    assert sorted(instance for _, instance in calls if instance) == ["0", "1"]
