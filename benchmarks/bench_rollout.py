@@ -72,8 +72,11 @@ FLEET = "ro"
 IMAGE_KEY = "debian12-bios"
 MACHINE = (1, 512, 4)
 """vCPUs, MiB, GiB: what the lab tests give a squid guest."""
-HEALTHY_WAIT = 1800.0
-"""How long the warm-up waits for every created proxy to answer."""
+HEALTHY_WAIT = 3600.0
+"""How long the warm-up waits for every created proxy to answer (2,043 s on 2026-12-04)."""
+REPLACE_TIMEOUT = 1800.0
+"""``replaceTimeoutSeconds`` for the rollout: a new VM booting under TCG beside 20 running
+guests on 2 cores took more than the default 600 s on 2026-12-04 (18 of 20 replaces failed)."""
 VIA_NAME = re.compile(rf"\b({FLEET}-\d+)-v1")
 
 
@@ -208,6 +211,12 @@ def main() -> int:
     parser.add_argument("--max-surge", default="25%", help="policy.rollout.maxSurge")
     parser.add_argument("--max-unavailable", default="0", help="policy.rollout.maxUnavailable")
     parser.add_argument("--runs", type=int, default=1, help="measured rollouts (images alternate)")
+    parser.add_argument(
+        "--replace-timeout",
+        type=float,
+        default=REPLACE_TIMEOUT,
+        help="replaceTimeoutSeconds of apply's config (the daemon's default is 600)",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
 
@@ -233,7 +242,15 @@ def main() -> int:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"{args.proxies} proxies")
-    cmd = apply_cmd(lab, repo, bench_dir("pf-state"), "-v", "--json")
+    settings_file = scratch / "proxyfleet.yaml"
+    settings_file.write_text(
+        f"repo:\n  url: {repo}\nreplaceTimeoutSeconds: {args.replace_timeout:g}\n"
+    )
+    cmd = [
+        *apply_cmd(lab, repo, bench_dir("pf-state"), "-v", "--json"),
+        "--config",
+        str(settings_file),
+    ]
     hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
     sampler = Answering([layout.leases], lab["probeUrl"], VIA_NAME)
@@ -244,6 +261,8 @@ def main() -> int:
     floors: list[float] = []
     ratios: list[float] = []
     gone: list[float] = []
+    planned: list[float] = []
+    replaced: list[float] = []
     try:
         print(f"removed {remove_vms(hv, conn)} leftover VMs", flush=True)
         # Warm-up: create the N proxies, wait until every one answers through squid.
@@ -284,11 +303,14 @@ def main() -> int:
             one_vm.append(vm)
             floors.append(floor)
             ratios.append(seconds / floor if floor else 0.0)
+            planned.append(len(replaces))
+            replaced.append(len(durations))
             print(
                 f"  run {run + 1}/{args.runs}: {len(replaces)} replaces in {n_batches} batches, "
                 f"wall {seconds:.1f} s, least answering {min(counts)}/{args.proxies} "
                 f"over {len(counts)} samples, one VM {vm:.1f} s, floor {floor:.1f} s, "
-                f"ratio {ratios[-1]:.2f}x" + (f"; failed: {errors}" if errors else ""),
+                f"ratio {ratios[-1]:.2f}x, {len(durations)} of {len(replaces)} replaced"
+                + (f"; failed: {errors}" if errors else ""),
                 flush=True,
             )
             # One more apply: the old base has no overlay left and goes now.
@@ -313,12 +335,17 @@ def main() -> int:
     result.add("ratio", "x", ratios)
     result.add("old_base_gone", "runs", gone)
     result.add("proxies", "proxies", [args.proxies])
+    result.add("replaces", "replaces", planned)
+    result.add("replaced", "replaces", replaced)
     result.add("max_unavailable", "proxies", [unavailable(args.max_unavailable, args.proxies)])
     result.note(
         f"{args.proxies} proxies, maxSurge {args.max_surge}, maxUnavailable "
-        f"{args.max_unavailable}; warm-up created them all answering in {ready:.0f} s; "
+        f"{args.max_unavailable}, replaceTimeoutSeconds {args.replace_timeout:g}; "
+        f"warm-up created them all answering in {ready:.0f} s; "
         f"rollout wall {w.text(1)}, least answering {lo.low:.0f} of {args.proxies}, "
-        f"{b.text(0)}, one VM create-to-healthy (median replace) {v.text(1)}, "
+        f"{b.text(0)}, replaces that succeeded {int(min(replaced, default=0))} of "
+        f"{int(max(planned, default=0))} (the least of any run), "
+        f"one VM create-to-healthy (median replace) {v.text(1)}, "
         f"floor {f.text(1)}: ratio {w.median / f.median if f.median else 0:.2f}x; "
         f"old base gone after one more apply in {int(sum(gone))} of {len(gone)} runs"
     )

@@ -272,14 +272,19 @@ def rollout_line(r: Result) -> Line:
     n = int(r.metrics["proxies"].median)
     allowed = int(r.metrics["max_unavailable"].median)
     batches = int(r.metrics["batches"].median)
+    # A run whose replaces failed did not roll the update out: its wall time is no rollout's,
+    # and its "one VM" is the few that passed. Results from before these metrics: unknown.
+    planned, done = r.metrics.get("replaces"), r.metrics.get("replaced")
+    complete = planned is not None and done is not None and done.low >= planned.high
+    replaced = f", {done.low:.0f} of {planned.high:.0f} replaced" if planned and done else ""
     return (
         f"6. image update rolled over {n} proxies (create-before-destroy, health-gated batches)",
-        f"{wall.text(0)}, least answering {least.low:.0f}/{n}",
+        f"{wall.text(0)}, least answering {least.low:.0f}/{n}{replaced}",
         f"floor: {batches} batches x one VM's create-to-healthy "
         f"{r.metrics['one_vm'].median:.0f} s = {floor.median:.0f} s",
-        _ratio(wall.median, floor.median),
-        f"least answering >= {n - allowed}",
-        _met(least.low >= n - allowed),
+        _ratio(wall.median, floor.median) if complete else "-",
+        f"every replace succeeds, least answering >= {n - allowed}",
+        _met(complete and least.low >= n - allowed),
     )
 
 

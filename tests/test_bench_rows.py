@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.bench_delete import left_in_dirs, named
 from benchmarks.common import Result
-from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines, run_row
+from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines, rollout_line, run_row
 
 
 def result(row: str, **samples: list[float]) -> Result:
@@ -119,3 +119,31 @@ def test_a_reused_row_without_its_seconds_says_so_instead_of_a_time(tmp_path: Pa
     row = next(r for r in ROWS if r.key == "plan")
     result("plan", proxyfleet=[0.2]).dump(tmp_path / "plan.json")
     assert run_row(row, 3, tmp_path, reuse=True)[1] is None
+
+
+def rollout(replaced: list[float] | None) -> Result:
+    r = result("rollout", proxyfleet=[853.0], floor=[1693.0], one_vm=[423.0])
+    r.add("least_answering", "proxies", [20])
+    r.add("proxies", "proxies", [20])
+    r.add("max_unavailable", "proxies", [0])
+    r.add("batches", "batches", [4])
+    if replaced is not None:
+        r.add("replaces", "replaces", [20])
+        r.add("replaced", "replaces", replaced)
+    return r
+
+
+def test_a_rollout_whose_replaces_all_succeeded_is_judged_by_who_answered() -> None:
+    line = rollout_line(rollout([20]))
+
+    assert "20 of 20 replaced" in line[1] and line[3] == "0.50x" and line[5] == "yes"
+
+
+def test_a_rollout_with_failed_replaces_says_no_and_gives_no_ratio() -> None:
+    line = rollout_line(rollout([2]))
+
+    assert "2 of 20 replaced" in line[1] and line[3] == "-" and line[5] == "**no**"
+
+
+def test_a_rollout_result_that_did_not_count_its_replaces_is_not_taken_as_met() -> None:
+    assert rollout_line(rollout(None))[5] == "**no**"
