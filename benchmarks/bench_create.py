@@ -43,6 +43,7 @@ from benchmarks.common import (
     Result,
     alternate,
     apply_cmd,
+    apply_config,
     bench_dir,
     busy_text,
     emit,
@@ -233,8 +234,11 @@ def main() -> int:
     state = bench_dir("pf-state")
     pf_cmd = apply_cmd(lab, repo, state, "--no-wait", "--json")
     pf_engine: list[float] = []
-    wider = bench_dir("create") / f"per-host-{args.wider}.yaml"
-    wider.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  perHost: {args.wider}\n")
+    wider = apply_config(
+        bench_dir("create") / f"per-host-{args.wider}.yaml",
+        repo,
+        f"concurrency:\n  perHost: {args.wider}\n",
+    )
 
     def proxyfleet(*extra: str) -> None:
         out = subprocess.run(
@@ -256,9 +260,7 @@ def main() -> int:
     contenders: dict[str, Callable[[], float | None]] = {"proxyfleet apply": proxyfleet}
     contenders["minimal libvirt loop"] = lambda: floor(conn, lab, repo, args.count)
     if args.wider:
-        contenders[f"proxyfleet apply, perHost {args.wider}"] = lambda: proxyfleet(
-            "--config", str(wider)
-        )
+        contenders[f"proxyfleet apply, perHost {args.wider}"] = lambda: proxyfleet(*wider)
     if have_kcli:
         home = kcli_home(lab, host.address)
         ensure_bridge_network(conn)

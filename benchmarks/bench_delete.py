@@ -74,6 +74,7 @@ from benchmarks.common import (
     Result,
     alternate,
     apply_cmd,
+    apply_config,
     bench_dir,
     busy_text,
     emit,
@@ -208,9 +209,11 @@ def main() -> int:
     pf_cmd = apply_cmd(lab, repo, fresh_dir("delete-state"), "--json")
     width = args.deletes_per_host
     if width != DELETE_WIDTH:
-        wide = bench_dir("delete") / f"deletes-per-host-{width}.yaml"
-        wide.write_text(f"repo:\n  url: {repo}\nconcurrency:\n  deletesPerHost: {width}\n")
-        pf_cmd += ["--config", str(wide)]
+        pf_cmd += apply_config(
+            bench_dir("delete") / f"deletes-per-host-{width}.yaml",
+            repo,
+            f"concurrency:\n  deletesPerHost: {width}\n",
+        )
         result.note(f"proxyfleet with concurrency.deletesPerHost {width}")
     ours = f"pf-{FLEET}-"
 

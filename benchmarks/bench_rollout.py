@@ -52,6 +52,7 @@ from typing import Any
 from benchmarks.common import (
     Result,
     apply_cmd,
+    apply_config,
     bench_dir,
     busy_text,
     emit,
@@ -242,15 +243,9 @@ def main() -> int:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"{args.proxies} proxies")
-    settings_file = scratch / "proxyfleet.yaml"
-    settings_file.write_text(
-        f"repo:\n  url: {repo}\nreplaceTimeoutSeconds: {args.replace_timeout:g}\n"
+    cmd = apply_cmd(lab, repo, bench_dir("pf-state"), "-v", "--json") + apply_config(
+        scratch / "proxyfleet.yaml", repo, f"replaceTimeoutSeconds: {args.replace_timeout:g}\n"
     )
-    cmd = [
-        *apply_cmd(lab, repo, bench_dir("pf-state"), "-v", "--json"),
-        "--config",
-        str(settings_file),
-    ]
     hv = LibvirtHost(host, lab_ssh(lab))
     conn = hv.session.connection()
     sampler = Answering([layout.leases], lab["probeUrl"], VIA_NAME)

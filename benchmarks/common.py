@@ -251,6 +251,13 @@ def lab_ssh(lab: dict[str, Any]) -> SshSettings:
     return SshSettings(key_file=Path(lab["sshKey"]), known_hosts_file=Path(lab["knownHosts"]))
 
 
+def apply_config(path: Path, repo: Path, settings: str) -> list[str]:
+    """Write a daemon config for ``repo`` with ``settings`` (YAML lines after ``repo``) to
+    ``path``, as an operator would; the flags that give it to ``apply``."""
+    path.write_text(f"repo:\n  url: {repo}\n{settings}")
+    return ["--config", str(path)]
+
+
 def apply_cmd(lab: dict[str, Any], repo: Path, state: Path, *flags: str) -> list[str]:
     """``proxyfleet apply --yes`` of ``repo`` against the lab's hosts with the lab's key and
     known_hosts and ``state`` as its state dir; ``flags`` after (``--json``, ``--no-wait``),

@@ -275,8 +275,10 @@ def rollout_line(r: Result) -> Line:
     # A run whose replaces failed did not roll the update out: its wall time is no rollout's,
     # and its "one VM" is the few that passed. Results from before these metrics: unknown.
     planned, done = r.metrics.get("replaces"), r.metrics.get("replaced")
-    complete = planned is not None and done is not None and done.low >= planned.high
-    replaced = f", {done.low:.0f} of {planned.high:.0f} replaced" if planned and done else ""
+    complete, replaced = False, ""
+    if planned is not None and done is not None:
+        complete = done.low >= planned.high
+        replaced = f", {done.low:.0f} of {planned.high:.0f} replaced"
     return (
         f"6. image update rolled over {n} proxies (create-before-destroy, health-gated batches)",
         f"{wall.text(0)}, least answering {least.low:.0f}/{n}{replaced}",

@@ -27,9 +27,7 @@ def session_with(stats: dict[str, dict[str, Any]], texts: dict[str, str | None])
     known = OwnerCache()
     for dom in doms:
         known.put(dom.UUIDString(), known.begin(), texts[dom.name()])
-    session = Session(doms, known)
-    session.conn.getAllDomainStats = lambda *_a: [(d, dict(stats[d.name()])) for d in doms]  # type: ignore[method-assign]
-    return session
+    return Session(doms, known, stats)
 
 
 def test_an_unchanged_domain_is_the_same_object_in_the_next_cycle() -> None:

@@ -44,14 +44,14 @@ class Pool:
 
 
 class Conn:
-    def __init__(self, doms: list[Dom]) -> None:
-        self.doms = doms
+    def __init__(self, doms: list[Dom], stats: dict[str, dict[str, Any]] | None = None) -> None:
+        self.doms, self.stats = doms, stats
 
     def getInfo(self) -> list[Any]:
         return ["x86_64", 16384, 4]
 
     def getAllDomainStats(self, _stats: int, _flags: int) -> list[tuple[Dom, dict[str, int]]]:
-        return [(dom, dict(RUNNING)) for dom in self.doms]
+        return [(dom, dict((self.stats or {}).get(dom.name(), RUNNING))) for dom in self.doms]
 
 
 class Session:
@@ -59,8 +59,10 @@ class Session:
 
     tracing = False
 
-    def __init__(self, doms: list[Dom], owners: OwnerCache) -> None:
-        self.conn, self._owners = Conn(doms), owners
+    def __init__(
+        self, doms: list[Dom], owners: OwnerCache, stats: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        self.conn, self._owners = Conn(doms, stats), owners
 
     def owners(self) -> OwnerCache:
         return self._owners
