@@ -5,6 +5,7 @@ vCPUs and memory as the running domain has them (a hand edit shows)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -17,7 +18,9 @@ import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.errors import TransientError
 from reconciler.model import Domain, DomainState
+from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec
 
 QEMU_PIDS = Path("/run/libvirt/qemu")
@@ -116,6 +119,40 @@ def test_a_running_vm_reports_its_vcpus_and_memory_so_a_hand_edit_shows(
         assert (after.vcpus, after.memory_mib) == (2, spec.machine_type.memory_mib)
     else:
         assert (after.vcpus, after.memory_mib) == (spec.machine_type.vcpus, 192)
+
+
+def test_a_qemu_that_stops_answering_costs_one_observe_not_every_later_one(
+    adapter: LibvirtHost,
+    make_host: Callable[..., LibvirtHost],
+    settings: SshSettings,
+    blank_image: BlankImage,
+    make_spec: Callable[..., VmSpec],
+    cleanup_domains: list[str],
+) -> None:
+    """A QEMU that no longer answers its monitor (stopped here; in life wedged on its storage)
+    keeps the first stats call that asks it, and that domain's job. Later observes must not
+    wait for the job (libvirt's 30 s, longer than the observing adapter's 15 s call deadline):
+    the host stays observable, the wedged domain still listed as running with its sizes."""
+    spec = make_spec("wedged", blank_image.image)
+    cleanup_domains.append(spec.domain)
+    adapter.ensure_image(blank_image.image, blank_image.path)
+    adapter.create(spec)  # with the usual deadline: a start can be slow on a busy machine
+    watcher = make_host(ssh=dataclasses.replace(settings, call_timeout=15.0))
+    pid = int((QEMU_PIDS / f"{spec.domain}.pid").read_text().strip())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(TransientError, match="no answer within 15 s"):
+            watcher.observe()  # the job was free: this call asks the stopped QEMU and waits
+
+        for _ in range(2):
+            seen = observed(watcher, spec.domain)
+            assert seen.state is DomainState.RUNNING
+            assert (seen.vcpus, seen.memory_mib) == (
+                spec.machine_type.vcpus,
+                spec.machine_type.memory_mib,
+            )
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_a_vm_paused_by_a_person_says_so_and_start_resumes_a_paused_vm(

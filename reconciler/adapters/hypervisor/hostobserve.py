@@ -51,6 +51,17 @@ OBSERVED_STATS = (
     | libvirt.VIR_DOMAIN_STATS_BALLOON
 )
 """One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
+OBSERVED_STATS_FLAGS = libvirt.VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT
+"""Never wait for a domain's job. For a running domain the vCPU and balloon groups ask its
+QEMU over the monitor, under the domain's job; a QEMU that does not answer (stopped,
+wedged on its storage) keeps the first such call, and the job, until it answers. Without
+this flag every later observe of the host would wait libvirt's 30 s for that job, per such
+domain, and with two of them outlast the call deadline every cycle: the whole host
+unobservable. With it, libvirtd skips the monitor for a domain whose job is taken and still
+reports what it holds itself: state, ``vcpu.current``, ``balloon.current`` and
+``balloon.maximum``, all this module reads. The first call still waits (the job was free),
+until the call deadline drops it: one lost observe. docs/hosts.md "A QEMU that does not
+answer"."""
 OBSERVE_READS = 4
 """Metadata reads in flight at once on one host's connection while observing. libvirtd
 serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
@@ -130,7 +141,7 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
     node = session.call("virNodeGetInfo", lambda c: c.getInfo())
     stats = session.call(
         "virConnectGetAllDomainStats",
-        lambda c: c.getAllDomainStats(OBSERVED_STATS, 0),
+        lambda c: c.getAllDomainStats(OBSERVED_STATS, OBSERVED_STATS_FLAGS),
     )
     found: list[Domain | None] = []
     unread: list[tuple[Any, dict[str, Any]]] = stats
