@@ -60,8 +60,11 @@ domain, and with two of them outlast the call deadline every cycle: the whole ho
 unobservable. With it, libvirtd skips the monitor for a domain whose job is taken and still
 reports what it holds itself: state, ``vcpu.current``, ``balloon.current`` and
 ``balloon.maximum``, all this module reads. The first call still waits (the job was free),
-until the call deadline drops it: one lost observe. docs/hosts.md "A QEMU that does not
-answer"."""
+until the call deadline drops it: one lost observe. A domain that another call is starting or
+stopping at that moment is reported as it stands mid-way (shut off, or paused "starting up"),
+as a read a moment earlier would have seen it: at worst a start is planned that finds the
+domain running (done) or fails as already running, and the next observe sees it run.
+docs/hosts.md "A QEMU that does not answer"."""
 OBSERVE_READS = 4
 """Metadata reads in flight at once on one host's connection while observing. libvirtd
 serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
