@@ -1,6 +1,7 @@
 """What self-healing reads from and does on a real libvirtd, over a real sshd: a VM
 killed from outside is seen as shut off for a failure and started again; a VM's
-vCPUs and memory as the running domain has them (a hand edit shows)."""
+vCPUs and memory as the running domain has them (a hand edit shows); a VM whose QEMU stops
+answering costs one observe of its host, not every later one."""
 
 from __future__ import annotations
 
