@@ -45,13 +45,13 @@ class Pool:
 
 class Conn:
     def __init__(self, doms: list[Dom], stats: dict[str, dict[str, Any]] | None = None) -> None:
-        self.doms, self.stats = doms, stats
+        self.doms, self.stats = doms, stats or {}
 
     def getInfo(self) -> list[Any]:
         return ["x86_64", 16384, 4]
 
     def getAllDomainStats(self, _stats: int, _flags: int) -> list[tuple[Dom, dict[str, int]]]:
-        return [(dom, dict((self.stats or {}).get(dom.name(), RUNNING))) for dom in self.doms]
+        return [(dom, dict(self.stats.get(dom.name(), RUNNING))) for dom in self.doms]
 
 
 class Session:
