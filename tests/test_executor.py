@@ -166,14 +166,14 @@ def gone(proxy: str) -> Delete:
     return Delete(reason="no manifest", proxy=proxy, host="kvm01", domain=f"pf-home-{proxy}-0")
 
 
-def test_deletes_run_ten_at_once_on_a_host_beside_other_actions_held_at_four() -> None:
+def test_deletes_run_twenty_at_once_on_a_host_beside_other_actions_held_at_four() -> None:
     # A delete's time is QEMU's exit; it frees what it holds. Deletes run on lanes of the
-    # host's session (five on each connection, what libvirtd serves at once), ten by
-    # default, while creates keep to four.
+    # host's session (five on each connection, what libvirtd serves at once), twenty by
+    # default (libvirtd's worker threads), while creates keep to four.
     news = [f"n{i}" for i in range(8)]
     run, host = one_host_run(*news)
     host.call_seconds = 0.05
-    olds = [f"o{i}" for i in range(30)]
+    olds = [f"o{i}" for i in range(60)]
     for proxy in olds:
         host.domains[f"pf-home-{proxy}-0"] = Domain(
             f"pf-home-{proxy}-0", DomainState.RUNNING, Owner("home", proxy, OLD_DIGEST)
@@ -183,7 +183,7 @@ def test_deletes_run_ten_at_once_on_a_host_beside_other_actions_held_at_four() -
     outcomes = run.execute(*(create(p) for p in news), *(gone(p) for p in olds))
 
     assert {o.result for o in outcomes} == {ActionResult.SUCCEEDED}
-    assert (creates.max, deletes.max, host.gauge.max) == (4, 10, 10)
+    assert (creates.max, deletes.max, host.gauge.max) == (4, 20, 20)
 
 
 def test_deletes_per_host_bounds_deletes_even_below_the_other_actions_width() -> None:

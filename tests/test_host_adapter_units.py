@@ -21,10 +21,10 @@ from reconciler.adapters.hypervisor.ssh import (
     SshConnection,
     check_host_key,
     fingerprint,
-    known_hosts_name,
     load_private_key,
 )
 from reconciler.adapters.hypervisor.sshbridge import SocketBridge
+from reconciler.adapters.hypervisor.sshpaths import known_hosts_name
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostNetwork, Image
 from reconciler.model.settings import SshSettings

@@ -42,7 +42,7 @@ class ApplySettings:
 
     per_host_concurrency: int = 4
     """Actions running at once on one host; hosts themselves run in parallel."""
-    delete_concurrency: int = 10
+    delete_concurrency: int = 20
     """Deletes running at once on one host, beside (not within) ``per_host_concurrency``'s
     other actions: a delete frees what it holds, and its time is QEMU's exit. Deletes run
     on lanes of the host's session, up to 5 on each (libvirtd serves 5 calls of one
@@ -158,7 +158,7 @@ class LogSettings:
 class ConcurrencySettings:
     per_host: int = 4
     """Actions running at the same time on one host (hosts themselves run in parallel)."""
-    deletes_per_host: int = 10
+    deletes_per_host: int = 20
     """Deletes running at the same time on one host (``ApplySettings.delete_concurrency``)."""
 
 

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExce
 
 def test_the_link_to_openssh_uses_aes_gcm(make_host: Callable[..., LibvirtHost]) -> None:
     adapter = make_host()
-    adapter.observe()
+    adapter.session.read_host_file("/proc/version")  # a remote read dials the link
 
-    transport = adapter.session._ssh.current
+    transport = adapter.session._carrier.link().current
     assert transport is not None
     assert transport.local_cipher == "aes128-gcm@openssh.com"
     assert transport.remote_cipher == "aes128-gcm@openssh.com"

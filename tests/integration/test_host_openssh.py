@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -45,6 +47,13 @@ def gone(pid: int, seconds: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def trusting(settings: SshSettings, server: Sshd) -> SshSettings:
+    """``settings`` with the client key and known_hosts of ``server``."""
+    return replace(
+        settings, key_file=server.keys.client_key, known_hosts_file=server.keys.known_hosts
+    )
 
 
 @pytest.fixture
@@ -120,12 +129,62 @@ def test_a_server_that_refuses_streamlocal_keeps_the_virt_ssh_helper_and_leaves_
     openssh: SshSettings,
 ) -> None:
     server = own_sshd(streamlocal=False)
-    ssh = replace(
-        openssh, key_file=server.keys.client_key, known_hosts_file=server.keys.known_hosts
-    )
+    ssh = trusting(openssh, server)
     before = set(ssh_children())
     adapter = make_host(replace(host, port=server.port), ssh)
 
     assert adapter.observe().reachable
     assert adapter.session.via == "virt-ssh-helper"
     assert set(ssh_children()) == before
+
+
+def logins(server: Sshd) -> int:
+    """Public-key logins the server accepted so far (sshd's VERBOSE log)."""
+    return server.log.read_text().count("Accepted publickey")
+
+
+def test_a_dial_that_works_is_one_ssh_login_and_the_link_dials_only_for_a_remote_read(
+    own_sshd: Callable[..., Sshd],
+    make_host: Callable[..., LibvirtHost],
+    host: Host,
+    openssh: SshSettings,
+) -> None:
+    server = own_sshd()
+    ssh = trusting(openssh, server)
+    adapter = make_host(replace(host, port=server.port), ssh)
+
+    assert adapter.observe().reachable
+    assert adapter.observe().reachable
+    assert logins(server) == 1
+
+    assert adapter.session.read_host_file("/proc/version") is not None
+    assert logins(server) == 2
+
+
+def test_an_observe_over_openssh_loads_no_paramiko(
+    own_sshd: Callable[..., Sshd], host: Host, openssh: SshSettings, tmp_path: Path
+) -> None:
+    server = own_sshd()
+    script = tmp_path / "observe.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from reconciler.adapters.hypervisor.libvirthost import LibvirtHost\n"
+        "from reconciler.model import Host, HostNetwork\n"
+        "from reconciler.model.settings import SshSettings\n"
+        f"host = Host(name='it1', address='127.0.0.1', port={server.port}, zone='z1',\n"
+        f"            network=HostNetwork('network', {host.network.name!r}), pool={host.pool!r})\n"
+        f"ssh = SshSettings(key_file=Path({str(server.keys.client_key)!r}),\n"
+        f"                  known_hosts_file=Path({str(server.keys.known_hosts)!r}))\n"
+        "adapter = LibvirtHost(host, ssh)\n"
+        "assert adapter.observe().reachable\n"
+        "print('paramiko' in sys.modules)\n"
+        "adapter.close()\n"
+    )
+
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+
+    assert out.stdout.strip() == "False", out.stderr
+    assert logins(server) == 1

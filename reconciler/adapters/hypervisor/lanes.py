@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CALLS_PER_LANE = 5
@@ -25,11 +25,13 @@ CALLS_PER_LANE = 5
 
 @dataclass(slots=True, eq=False)
 class Lane:
-    """One extra connection (None until dialled, or after the link dropped) and how
-    many threads use it now."""
+    """One extra connection (None until dialled, or after the link dropped), how many
+    threads use it now, and the lock its dial holds (not the session's: the lanes of a
+    host dial at the same time)."""
 
     conn: Any = None
     users: int = 0
+    dialling: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Lanes:
@@ -73,12 +75,14 @@ class Lanes:
         with self._lock:
             return conn is not None and any(lane.conn is conn for lane in self._lanes)
 
-    def forget(self) -> None:
-        """Drop every lane's connection (not closed: a call may still be inside it);
-        threads holding a lane dial it afresh on their next call."""
+    def forget(self) -> list[Any]:
+        """Drop every lane's connection (not closed: a call may still be inside it) and
+        return them; threads holding a lane dial it afresh on their next call."""
         with self._lock:
+            dropped = [lane.conn for lane in self._lanes if lane.conn is not None]
             for lane in self._lanes:
                 lane.conn = None
+            return dropped
 
     def dialled(self) -> int:
         """How many lanes hold a connection now."""

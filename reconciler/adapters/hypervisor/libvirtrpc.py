@@ -30,20 +30,22 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import libvirt
 
 from reconciler.adapters.hypervisor.deadline import Deadline
-from reconciler.adapters.hypervisor.lanes import Lanes
+from reconciler.adapters.hypervisor.lanes import Lane, Lanes
+from reconciler.adapters.hypervisor.libvirtcarrier import Carrier
 from reconciler.adapters.hypervisor.libvirterrors import classify, link_failed
-from reconciler.adapters.hypervisor.opensshforward import OpenSshForward
+from reconciler.adapters.hypervisor.opensshforward import OpenSshForward, SshUnreachable
 from reconciler.adapters.hypervisor.ownerwatch import OwnerCache, start_event_loop
-from reconciler.adapters.hypervisor.ssh import SshConnection
-from reconciler.adapters.hypervisor.sshbridge import SocketBridge
 from reconciler.errors import HostError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
+
+if TYPE_CHECKING:
+    from reconciler.adapters.hypervisor.sshbridge import SocketBridge
 
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
@@ -81,8 +83,7 @@ class LibvirtSession:
         self._open_connection = open_connection
         self._observer = observer
         self._lock = threading.RLock()
-        self._ssh = SshConnection(host, settings)
-        self._bridge: SocketBridge | OpenSshForward | None = None
+        self._carrier = Carrier(host, settings)
         self._conn: Any = None
         self._lanes = Lanes()
         self._watch = watch
@@ -94,11 +95,8 @@ class LibvirtSession:
 
     @property
     def via(self) -> str:
-        """How the libvirt socket is reached: ``streamlocal`` or ``virt-ssh-helper`` (through
-        the SSH link in this process), or ``openssh-streamlocal`` (an ``ssh -L`` child)."""
-        if isinstance(self._bridge, OpenSshForward):
-            return "openssh-streamlocal"
-        return "virt-ssh-helper" if self._ssh.streamlocal_refused else "streamlocal"
+        """How the libvirt socket is reached (``Carrier.via``)."""
+        return self._carrier.via
 
     def call(self, rpc: str, fn: Callable[[Any], T], **ids: object) -> T:
         """Run ``fn(conn)`` (one libvirt call) under the deadline, traced and classified."""
@@ -151,17 +149,17 @@ class LibvirtSession:
 
     def test_path(self, flag: str, path: str) -> bool | None:
         """``test <flag> <path>`` on the host over the SSH link; None when it cannot tell."""
-        return self._ssh.test_path(flag, path)
+        return self._carrier.link().test_path(flag, path)
 
     def read_host_file(self, path: str, *, limit: int = 1 << 20) -> str | None:
         """The host's file ``path`` over the SSH link; None when it cannot tell."""
-        return self._ssh.read_text(path, limit=limit)
+        return self._carrier.link().read_text(path, limit=limit)
 
     def connection(self) -> Any:
         """The live libvirt connection, dialling (SSH, bridge, libvirt) when needed; inside
         ``lane()``, the calling thread's lane's connection over the same link."""
         with self._lock:
-            if self._conn is not None and self._ssh.is_active and self._alive(self._conn):
+            if self._conn is not None and self._carrier.alive() and self._alive(self._conn):
                 main = self._conn
             else:
                 if self._conn is not None:
@@ -170,11 +168,25 @@ class LibvirtSession:
             lane = self._lanes.current()
             if lane is None:
                 return main
-            if lane.conn is None or not self._alive(lane.conn):
-                if self._bridge is None:  # an abort on another thread closed the link
-                    raise TransientError("the libvirt link closed meanwhile", host=self.host.name)
-                lane.conn = self._open(self._bridge, time.monotonic(), lane="yes")
-            return lane.conn
+        return self._lane_connection(lane)
+
+    def _lane_connection(self, lane: Lane) -> Any:
+        """The lane's live connection, dialled under the lane's own lock rather than the
+        session's, so that a host's lanes dial at the same time: each open is a few round
+        trips over the link, and one that waits out a delayed ACK (about 40 ms) would hold
+        up every lane after it."""
+        with lane.dialling:
+            conn = lane.conn
+            if conn is not None and self._alive(conn):
+                return conn
+            bridge = self._carrier.bridge
+            if bridge is None:  # an abort on another thread closed the link
+                raise TransientError("the libvirt link closed meanwhile", host=self.host.name)
+            conn = self._open(bridge, time.monotonic(), lane="yes")
+            if self._carrier.bridge is not bridge:  # torn down while this lane dialled
+                raise TransientError("the libvirt link closed meanwhile", host=self.host.name)
+            lane.conn = conn
+            return conn
 
     def owners(self) -> OwnerCache | None:
         """With ``watch``: the owners known on the live connection (dialling when needed;
@@ -237,21 +249,31 @@ class LibvirtSession:
             finally:
                 self._lock.release()
             return
+        dropped = [self._conn, *self._lanes.forget()]  # closed after the link (_teardown)
         self._conn = None
         self._owners = None
-        self._lanes.forget()
-        bridge = self._bridge
         try:
-            if bridge is not None:
-                bridge.close()
+            self._carrier.cut()
         finally:
-            self._ssh.close()
+            del dropped
 
     def _dial(self) -> Any:
+        """Open libvirt through the carrier. A failed ``ssh`` child is closed and the
+        paramiko link says why (``Carrier.after_child_failed``), unless the child reached
+        no SSH server at all (``SshUnreachable``): the link would only wait as long again."""
         started = time.monotonic()
-        if self._bridge is None:
-            self._bridge = self._new_bridge()
-        return self._open(self._bridge, started, lane="")
+        bridge = self._carrier.start()
+        if not isinstance(bridge, OpenSshForward):
+            return self._open(bridge, started, lane="")
+        try:
+            return self._open(bridge, started, lane="")
+        except SshUnreachable:
+            self._teardown()
+            raise
+        except TransientError as exc:
+            self._teardown()
+            failed = exc
+        return self._open(self._carrier.after_child_failed(failed), started, lane="")
 
     def _open(self, bridge: SocketBridge | OpenSshForward, started: float, *, lane: str) -> Any:
         """``virConnectOpen`` through ``bridge``; on failure the link is torn down and the
@@ -263,7 +285,9 @@ class LibvirtSession:
             conn = self._open_connection(bridge.uri)
         except libvirt.libvirtError as exc:
             helper = bridge.stderr_tail.strip()
-            self._teardown()
+            with self._lock:  # a lane dials without it
+                if self._carrier.bridge is bridge:
+                    self._teardown()
             detail = f"; remote helper said: {helper}" if helper else ""
             error = classify(exc, host=self.host.name, rpc="virConnectOpen", link_alive=False)
             self._record("virConnectOpen", started, ok=False, ids={}, extra=_codes(error))
@@ -279,27 +303,6 @@ class LibvirtSession:
         self._record("virConnectOpen", started, ok=True, ids={"via": self.via, "lane": lane})
         return conn
 
-    def _new_bridge(self) -> SocketBridge | OpenSshForward:
-        """The local socket libvirt-python opens. With ``libvirt_transport`` openssh, the
-        SSH link opens (and closes) one libvirt channel, so that the host key,
-        authentication and a refused forwarding are found and classified as always,
-        while the ``ssh`` child already dials (it checks the host key as strictly); a
-        host whose sshd refuses forwarding keeps the bridge and its ``virt-ssh-helper``,
-        and the child is stopped."""
-        if self._settings.libvirt_transport == "openssh":
-            forward = OpenSshForward(self.host, self._settings)
-            forward.start()  # its handshake overlaps the paramiko link's (about 0.25 s)
-            try:
-                probe = self._ssh.open_libvirt_channel()
-                probe.close()
-            except BaseException:
-                forward.close()
-                raise
-            if not self._ssh.streamlocal_refused:
-                return forward
-            forward.close()
-        return SocketBridge(self._ssh.open_libvirt_channel, label=self.host.name)
-
     def _alive(self, conn: Any) -> bool:
         try:
             return bool(conn.isAlive())
@@ -307,26 +310,14 @@ class LibvirtSession:
             return False
 
     def _abort(self, conn: Any, rpc: str) -> None:
-        """Deadline expired: cut the link so the blocked call returns.
-
-        Runs on a thread of its own while the caller may hold the session lock
-        (a dial), so it closes the bridge and the SSH link without taking it;
-        the next call finds them dead and redials. Both are taken before the
-        bridge closes (which takes a moment): the blocked call returns as soon
-        as the bridge's sockets close, and a redial that starts then must not
-        lose its fresh link to this abort.
-        """
+        """Deadline expired: cut the link so the blocked call returns (``Carrier.cut``,
+        without the session lock, which the caller may hold); the next call finds it
+        dead and redials."""
         log.warning(
             "host %s: %s got no answer in time; dropping the connection", self.host.name, rpc
         )
         if conn is None or conn is self._conn or self._lanes.owns(conn):
-            bridge, transport = self._bridge, self._ssh.current
-            try:
-                if bridge is not None:
-                    bridge.close()
-            finally:
-                if transport is not None:
-                    transport.close()
+            self._carrier.cut()
 
     def _drop(self, conn: Any, *, reason: str) -> None:
         with self._lock:
@@ -335,21 +326,22 @@ class LibvirtSession:
                 self._teardown()
 
     def _teardown(self) -> None:
-        # The virConnect object is only forgotten, not closed: another thread
-        # may still be inside a call on it; it closes when the last reference
-        # goes. Closing the SSH link makes any such call return at once.
+        # The virConnect objects are only forgotten, not closed: another thread
+        # may still be inside a call on one; each closes when its last reference
+        # goes. Closing the SSH link makes any such call return at once. This
+        # method's own references go only after the link closed, so that their
+        # close finds the socket gone instead of making a round trip each, one
+        # after the other (a round trip that waits out a delayed ACK takes 40 ms).
+        dropped = [self._conn, *self._lanes.forget()]
         self._conn = None
-        self._lanes.forget()
         owners, self._owners = self._owners, None
         self._owners_refused = None
-        bridge, self._bridge = self._bridge, None
         try:
-            if bridge is not None:
-                bridge.close()
+            self._carrier.close()
         finally:
-            self._ssh.close()
             if owners is not None:  # after the link closed: the RPC fails at once, if at all
                 owners.stop()
+            del dropped
 
     def _failed(
         self,

@@ -4,18 +4,22 @@
 bytes through paramiko in Python threads (``SocketBridge``), an ``ssh -N -L
 <local socket>:<host's libvirt socket>`` process carries them, encrypted in C,
 as ``scp`` does. libvirt-python opens the local socket as for the bridge. The
-paramiko link still dials (``LibvirtSession._dial``), so host keys,
-authentication and a refused forwarding are checked and classified as before;
-the ``ssh`` child is started first (``start``) so that its handshake runs while
-the paramiko link's does, and is used only once that link has checked the host.
-OpenSSH only carries the bytes, with the same key and known_hosts file and no
-user or system ssh_config:
+child checks the host as strictly as the paramiko link does, so a dial is the
+child alone: the paramiko link (and paramiko itself) is loaded only when the
+child fails, to find and classify why as it always has (host key,
+authentication, libvirtd's socket missing, sshd refusing forwarding), or for
+what needs it (remote reads, checks; ``LibvirtSession._dial``). A child that
+reached no SSH server at all is ``SshUnreachable``, and the link is not tried
+after it. OpenSSH only carries the bytes, with the same key and known_hosts
+file and no user or system ssh_config:
 
 - ``-F /dev/null``: no ``~/.ssh/config`` and no ``/etc/ssh/ssh_config`` (no
   ProxyCommand, ControlMaster or forwarding someone configured);
 - ``StrictHostKeyChecking=yes`` against ``ssh.knownHostsFile`` only
   (``GlobalKnownHostsFile=/dev/null``), ``UpdateHostKeys=no``, ``CheckHostIP=no``:
-  the file is only read, never written;
+  the file is only read, never written; ``HostKeyAlias`` names the host as the
+  paramiko link looks it up (``[addr]:port`` off port 22), since OpenSSH alone also
+  accepts a line for the bare address as the key of a host on another port;
 - ``IdentitiesOnly=yes``, ``IdentityAgent=none``, ``BatchMode=yes``: the key file
   and nothing else (no agent, no password prompt);
 - ``ForwardAgent=no``, ``ForwardX11=no``, ``PermitLocalCommand=no``, ``-N``: no
@@ -41,6 +45,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -49,7 +54,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from reconciler.adapters.hypervisor.sshbridge import private_socket_dir
+from reconciler.adapters.hypervisor.sshpaths import known_hosts_name, private_socket_dir
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
@@ -103,6 +108,16 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     return _SPAWNER.submit(start).result()
 
 
+_CONNECT_FAILED = re.compile(r"connect to host \S+ port \d+: (.+)")
+"""What ``ssh`` says when it gets no TCP connection (refused, timed out, no route)."""
+
+
+class SshUnreachable(TransientError):
+    """The ``ssh`` child reached no SSH server: no TCP connection, or no socket in time.
+    ``LibvirtSession`` does not dial the paramiko link after it to say why, which would
+    only wait as long again."""
+
+
 _ACCEPTING = 0x10000
 """``__SO_ACCEPTCON`` in /proc/self/net/unix's Flags: the socket listens."""
 
@@ -138,6 +153,9 @@ def ssh_command(host: Host, settings: SshSettings, local: str, *, binary: str) -
         "BatchMode": "yes",
         "StrictHostKeyChecking": "yes",
         "UserKnownHostsFile": str(settings.known_hosts_file),
+        # The name to look up, as the paramiko link does: without it OpenSSH also takes a
+        # line for the bare address as the key of a host on another port.
+        "HostKeyAlias": known_hosts_name(host.address, host.port),
         "GlobalKnownHostsFile": "/dev/null",
         "UpdateHostKeys": "no",
         "CheckHostIP": "no",
@@ -180,9 +198,8 @@ class OpenSshForward:
         self._dir, self.path = private_socket_dir(host.name)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._pending: tuple[subprocess.Popen[bytes], threading.Thread] | None = None
-        """A child ``start`` started whose socket ``prepare`` has not waited for yet."""
         self._closed = False
+        self._spawned = 0.0
         self.stderr_tail = ""
 
     @property
@@ -194,32 +211,18 @@ class OpenSshForward:
         proc = self._proc
         return proc is not None and proc.poll() is None
 
-    def start(self) -> None:
-        """Start the ``ssh`` child without waiting for its socket, so that its handshake
-        overlaps what the caller does next (``LibvirtSession`` checks the host over the
-        paramiko link meanwhile); ``prepare`` then waits for it. The child checks the
-        host key itself, as strictly. Does nothing when a child runs, the forward was
-        closed, or there is no ``ssh`` (``prepare`` says so)."""
-        with self._lock:
-            if self._closed or self._pending is not None or self.alive:
-                return
-            with contextlib.suppress(PermanentError):  # no ssh: prepare raises it again
-                self._pending = self._spawn_child()
-
     def prepare(self) -> None:
-        """Start the ``ssh`` child unless it runs (or ``start`` started it), and wait until
-        its socket listens (``ssh.connectTimeoutSeconds``). TransientError when it exits
-        or is late (its stderr in the message), PermanentError when there is no ``ssh``."""
+        """Start the ``ssh`` child unless it runs, and wait until its socket listens
+        (``ssh.connectTimeoutSeconds``). SshUnreachable when it reached no SSH server (no
+        TCP connection, or no socket in time), TransientError when it exits otherwise (its
+        stderr in the message), PermanentError when there is no ``ssh``."""
         with self._lock:
             if self._closed:
                 raise TransientError("the libvirt forward was closed", host=self._host.name)
-            pending, self._pending = self._pending, None
-            if pending is None:
-                if self.alive and os.path.exists(self.path):
-                    return
-                self._stop()
-                pending = self._spawn_child()
-            self._wait_listening(*pending)
+            if self.alive and os.path.exists(self.path):
+                return
+            self._stop()
+            self._wait_listening(*self._spawn_child())
 
     def _spawn_child(self) -> tuple[subprocess.Popen[bytes], threading.Thread]:
         argv = ssh_command(self._host, self._settings, self.path, binary=self._binary)
@@ -230,6 +233,8 @@ class OpenSshForward:
                 "PATH; install openssh-client or use the default transport",
                 host=self._host.name,
             )
+        self._spawned = time.monotonic()
+        self.stderr_tail = ""
         proc = _spawn([binary, *argv[1:]])
         self._proc = proc
         reader = threading.Thread(
@@ -250,9 +255,15 @@ class OpenSshForward:
 
     def _wait_listening(self, proc: subprocess.Popen[bytes], reader: threading.Thread) -> None:
         deadline = time.monotonic() + self._settings.connect_timeout
+        name = known_hosts_name(self._host.address, self._host.port)
         while not listening(self.path):
             if proc.poll() is not None:
                 reader.join(_STOP_WAIT)
+                unreached = _CONNECT_FAILED.search(self.stderr_tail)
+                if unreached is not None:
+                    raise SshUnreachable(
+                        f"cannot reach SSH at {name}: {unreached.group(1)}", host=self._host.name
+                    )
                 raise TransientError(
                     f"ssh forwarding libvirt's socket to {self._host.address} exited "
                     f"({proc.returncode}): {self.stderr_tail or 'no message'}",
@@ -260,13 +271,19 @@ class OpenSshForward:
                 )
             if time.monotonic() > deadline:
                 self._stop()
-                raise TransientError(
+                raise SshUnreachable(
                     f"ssh forwarding libvirt's socket to {self._host.address} did not listen "
                     f"within {self._settings.connect_timeout:g} s",
                     host=self._host.name,
                 )
             time.sleep(_POLL)
-        log.debug("host %s: libvirt socket forwarded by ssh pid %d", self._host.name, proc.pid)
+        log.info(
+            "SSH connected to %s as %s in %.0f ms (ssh pid %d forwards libvirt's socket)",
+            name,
+            self._host.user,
+            (time.monotonic() - self._spawned) * 1000,
+            proc.pid,
+        )
 
     def close(self) -> None:
         """Stop the child, remove the directory. Idempotent."""
@@ -276,7 +293,6 @@ class OpenSshForward:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _stop(self) -> None:
-        self._pending = None
         proc, self._proc = self._proc, None
         if proc is None:
             return

@@ -54,6 +54,7 @@ from reconciler.adapters.hypervisor.sshchannel import (
     remote_test,
     socket_state,
 )
+from reconciler.adapters.hypervisor.sshpaths import known_hosts_name
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
@@ -86,11 +87,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's ``SHA256:...`` fingerprint of a public key (base64, no padding)."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
-
-
-def known_hosts_name(address: str, port: int) -> str:
-    """The name OpenSSH writes into known_hosts: ``addr`` on 22, else ``[addr]:port``."""
-    return address if port == 22 else f"[{address}]:{port}"
 
 
 def load_private_key(path: Path, *, host: str) -> paramiko.PKey:

@@ -12,12 +12,12 @@ import logging
 import os
 import select
 import socket
-import tempfile
 import threading
 from collections.abc import Callable
 
 import paramiko
 
+from reconciler.adapters.hypervisor.sshpaths import private_socket_dir
 from reconciler.errors import HostError, PermanentError
 
 log = logging.getLogger("reconciler.ssh")
@@ -189,23 +189,6 @@ class SocketBridge:
         with self._lock:
             self._live.discard(client)
             self._channels.discard(channel)
-
-
-def private_socket_dir(label: str) -> tuple[str, str]:
-    """A fresh 0700 directory for a local libvirt socket and the socket's path in it: under
-    systemd's ``$RUNTIME_DIRECTORY`` when set, else the temp dir. PermanentError naming
-    the place when none can be made."""
-    base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
-    try:
-        directory = tempfile.mkdtemp(prefix="proxyfleet-", dir=base)
-        os.chmod(directory, 0o700)
-    except OSError as exc:
-        raise PermanentError(
-            f"cannot make the local libvirt socket under {base}: {exc}; "
-            "give proxyfleet a writable RuntimeDirectory or /tmp",
-            host=label,
-        ) from exc
-    return directory, os.path.join(directory, "libvirt-sock")
 
 
 def _packet_payload(channel: paramiko.Channel) -> int:
