@@ -165,6 +165,7 @@ class LocalFakeHost:
         self.domains: dict[str, Domain] = {}
         self.specs: dict[str, VmSpec] = {}
         self.calls: list[tuple[str, str]] = []
+        self.dialled_ahead = 0
         self.failures: dict[tuple[str, str], list[Exception]] = defaultdict(list)
         self.addresses_of: dict[str, tuple[str, ...]] = {}
         self.observe_error: Exception | None = None
@@ -201,6 +202,9 @@ class LocalFakeHost:
         if self.call_seconds:
             with self.gauge, self.global_gauge:
                 time.sleep(self.call_seconds)
+
+    def dial_ahead(self) -> None:
+        self.dialled_ahead += 1
 
     def observe(self) -> HostInventory:
         if self.observe_block is not None:

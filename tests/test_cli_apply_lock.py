@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
 from reconciler.adapters.coordination.fleetlock import Holder
-from reconciler.cli.apply import take_lock
+from reconciler.cli.common import take_lock
 
 DAEMON = Holder("mgmt1", 812, "daemon")
 APPLY = Holder("laptop", 4242, "apply")

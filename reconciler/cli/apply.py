@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli.applylock import ApplyLock, LockRefused
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -40,13 +41,11 @@ from reconciler.cli.common import (
     host_factory,
     identity_error,
     image_cache,
-    lock_service,
     read_limits,
     secret_access,
     ssh_settings,
     state_dir,
     table,
-    take_lock,
 )
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
@@ -117,35 +116,28 @@ def run(args: argparse.Namespace) -> int:
         secrets = secret_access(identity, need_values=True)
     except ConfigError as exc:
         return identity_error(exc)
-    try:
-        locks = lock_service(settings, state_dir(args, settings.state_dir), role="apply")
-    except ConfigError as exc:
-        return config_error(exc)
     stop = threading.Event()
+    fleet = fleet_id(args.repo)
+    lock = ApplyLock(settings, state_dir(args, settings.state_dir), fleet)
     try:
         with _stop_on_signals(stop):
-            fleet = fleet_id(args.repo)
-            lock = locks.lock(fleet) if fleet is not None else None
-            if lock is not None and not take_lock(lock, wait=args.wait, stop=stop):
-                return EXIT_ERROR
-            # An invalid repo (no fleet id) stalls before any host is contacted: no lock needed,
-            # and a fence that never opens.
-            held = lock.held if lock is not None else (lambda: False)
             one = fleet_settings(settings, fleet)
             engine = build_engine(
                 args,
                 one,
                 runtime=Runtime.interruptible(stop),
-                held=held,
+                held=lock.held,
                 fleets=settings != one,
                 secrets=secrets,
             )
             try:
-                return apply_with(args, engine)
+                return apply_with(args, engine, gate=lambda: lock.take(wait=args.wait, stop=stop))
+            except LockRefused:
+                return EXIT_ERROR
             finally:
                 engine.close()
     finally:
-        locks.close()
+        lock.close()
 
 
 def build_engine(
@@ -197,10 +189,13 @@ def build_engine(
     )
 
 
-def apply_with(args: argparse.Namespace, engine: Engine) -> int:
-    """The command once its engine exists (tests pass one over fake hosts)."""
+def apply_with(
+    args: argparse.Namespace, engine: Engine, *, gate: Callable[[], None] | None = None
+) -> int:
+    """The command once its engine exists (tests pass one over fake hosts). ``gate``: the
+    fleet lock (``ApplyLock.take``), taken before the hosts are observed."""
     root: Path = args.repo
-    prepared = engine.prepare(root, revision=repo_revision(root))
+    prepared = engine.prepare(root, revision=repo_revision(root), gate=gate)
     if isinstance(prepared, RunReport):
         return _stalled(prepared, as_json=args.json)
     changes = prepared.plan.has_changes

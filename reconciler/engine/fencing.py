@@ -103,6 +103,9 @@ class FencedHost:
     def _fence(self, rpc: str) -> contextlib.AbstractContextManager[None]:
         return self._fence_of.passing(self.name, rpc)
 
+    def dial_ahead(self) -> None:
+        self._inner.dial_ahead()
+
     def observe(self) -> HostInventory:
         return self._inner.observe()
 

@@ -124,9 +124,18 @@ class Engine:
             )
 
     def prepare(
-        self, root: Path, *, revision: str, started: datetime | None = None
+        self,
+        root: Path,
+        *,
+        revision: str,
+        started: datetime | None = None,
+        gate: Callable[[], None] | None = None,
     ) -> Prepared | RunReport:
-        """Load, observe and plan. A repo that does not load gives a Stalled report."""
+        """Load, observe and plan. A repo that does not load gives a Stalled report.
+
+        Once the repo has loaded and passed its checks, every host starts dialling
+        (``dial_ahead``) and ``gate`` runs, before anything is observed: ``apply`` takes
+        the fleet lock there while the SSH handshakes run, and raises to stop."""
         started = started if started is not None else self.runtime.clock()
         try:
             repo = load_repo(root, limits=self.read_limits, secrets=self.secrets)
@@ -143,6 +152,10 @@ class Engine:
         refusal = check_identity(repo, self.guards.fleet) or check_images(repo, self._url_check())
         if refusal is None:
             hosts = self.pool.sync(repo.fleet.hosts)
+            for hypervisor in hosts.values():
+                hypervisor.dial_ahead()
+            if gate is not None:
+                gate()
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
             self.last_inventory = observation.inventory
             refusal = check_shrink(repo, observation.inventory)

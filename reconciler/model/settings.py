@@ -46,8 +46,8 @@ class ApplySettings:
     """Deletes running at once on one host, beside (not within) ``per_host_concurrency``'s
     other actions: a delete frees what it holds, and its time is QEMU's exit. Deletes run
     on lanes of the host's session, up to 5 on each (libvirtd serves 5 calls of one
-    connection at once, ``max_client_requests``): 10 take two connections beside the one
-    other actions use."""
+    connection at once, ``max_client_requests``): 20 take four connections beside the one
+    other actions use, and as many calls as libvirtd's default ``max_workers``."""
     max_attempts: int = 5
     """Tries per host call on transient errors, the first included."""
     retry_base_delay: float = 2.0

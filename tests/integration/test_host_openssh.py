@@ -188,3 +188,22 @@ def test_an_observe_over_openssh_loads_no_paramiko(
 
     assert out.stdout.strip() == "False", out.stderr
     assert logins(server) == 1
+
+
+def test_dialling_ahead_starts_the_ssh_child_that_the_next_call_then_uses(
+    own_sshd: Callable[..., Sshd],
+    make_host: Callable[..., LibvirtHost],
+    host: Host,
+    openssh: SshSettings,
+) -> None:
+    server = own_sshd()
+    before = set(ssh_children())
+    adapter = make_host(replace(host, port=server.port), trusting(openssh, server))
+
+    adapter.dial_ahead()
+    started = set(ssh_children()) - before
+    assert len(started) == 1
+
+    assert adapter.observe().reachable
+    assert set(ssh_children()) - before == started
+    assert logins(server) == 1

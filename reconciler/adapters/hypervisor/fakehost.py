@@ -129,6 +129,9 @@ class FakeHypervisor:
             self.calls.clear()
             self.mutations.clear()
 
+    def dial_ahead(self) -> None:
+        pass  # connected from the start
+
     def observe(self) -> HostInventory:
         self._enter(Call("observe"))
         with self._lock:

@@ -24,6 +24,13 @@ class Hypervisor(Protocol):
         """The host's name from fleet.yaml."""
         ...
 
+    def dial_ahead(self) -> None:
+        """Start connecting without waiting for it, so that the handshake runs while the
+        caller does something else; the next call waits for it. Never raises (the call
+        that needs the connection says what failed); nothing where connecting is instant
+        or already done."""
+        ...
+
     def observe(self) -> HostInventory:
         """Every domain on the host with its state and owner (None if foreign), and the
         names of the volumes in the host's pool (listed first).

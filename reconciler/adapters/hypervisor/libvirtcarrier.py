@@ -71,6 +71,15 @@ class Carrier:
                 self.bridge = self._helper_bridge()
         return self.bridge
 
+    def start_ahead(self) -> None:
+        """With the openssh transport and no bridge yet: make the ``ssh`` child's bridge
+        and start the child without waiting for it (``OpenSshForward.start``); ``start``
+        then hands out that bridge, whose ``prepare`` waits."""
+        openssh = self._settings.libvirt_transport == "openssh"
+        if self.bridge is None and openssh and not self._refused():
+            forward = self.bridge = OpenSshForward(self._host, self._settings)
+            forward.start()
+
     def after_child_failed(self, failed: TransientError) -> SocketBridge:
         """The child failed (and was closed): the paramiko link dials to find and classify
         why, as it always has, and raises that (an unknown or changed host key, a refused

@@ -83,6 +83,9 @@ class LibvirtHost:
     def session(self) -> LibvirtSession:
         return self._session
 
+    def dial_ahead(self) -> None:
+        self._session.dial_ahead()
+
     def observe(self) -> HostInventory:
         """The pool's volumes and space, the node's size and every domain with its owner
         (cost and order: ``hostobserve.observe_host``)."""

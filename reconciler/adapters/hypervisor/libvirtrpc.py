@@ -24,6 +24,7 @@ Every libvirt call of the host adapter goes through ``LibvirtSession.call``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import threading
 import time
@@ -187,6 +188,15 @@ class LibvirtSession:
                 raise TransientError("the libvirt link closed meanwhile", host=self.host.name)
             lane.conn = conn
             return conn
+
+    def dial_ahead(self) -> None:
+        """Start dialling without waiting (the ``ssh`` child's handshake runs while the
+        caller goes on); the next call waits for it. Nothing when connected, or when the
+        transport has nothing to start ahead. Never raises: the dial says what failed."""
+        with self._lock:
+            if self._conn is None:
+                with contextlib.suppress(HostError):
+                    self._carrier.start_ahead()
 
     def owners(self) -> OwnerCache | None:
         """With ``watch``: the owners known on the live connection (dialling when needed;

@@ -198,6 +198,8 @@ class OpenSshForward:
         self._dir, self.path = private_socket_dir(host.name)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._pending: tuple[subprocess.Popen[bytes], threading.Thread] | None = None
+        """A child ``start`` started whose socket ``prepare`` has not waited for yet."""
         self._closed = False
         self._spawned = 0.0
         self.stderr_tail = ""
@@ -211,18 +213,33 @@ class OpenSshForward:
         proc = self._proc
         return proc is not None and proc.poll() is None
 
+    def start(self) -> None:
+        """Start the ``ssh`` child without waiting for its socket, so that its handshake
+        overlaps what the caller does next (``LibvirtSession.dial_ahead``); ``prepare``
+        then waits for it. Does nothing when a child runs, the forward was closed, or
+        there is no ``ssh`` (``prepare`` says so)."""
+        with self._lock:
+            if self._closed or self._pending is not None or self.alive:
+                return
+            with contextlib.suppress(PermanentError):  # no ssh: prepare raises it again
+                self._pending = self._spawn_child()
+
     def prepare(self) -> None:
-        """Start the ``ssh`` child unless it runs, and wait until its socket listens
-        (``ssh.connectTimeoutSeconds``). SshUnreachable when it reached no SSH server (no
-        TCP connection, or no socket in time), TransientError when it exits otherwise (its
-        stderr in the message), PermanentError when there is no ``ssh``."""
+        """Start the ``ssh`` child unless it runs (or ``start`` started it), and wait until
+        its socket listens (``ssh.connectTimeoutSeconds``). SshUnreachable when it reached
+        no SSH server (no TCP connection, or no socket in time), TransientError when it
+        exits otherwise (its stderr in the message), PermanentError when there is no
+        ``ssh``."""
         with self._lock:
             if self._closed:
                 raise TransientError("the libvirt forward was closed", host=self._host.name)
-            if self.alive and os.path.exists(self.path):
-                return
-            self._stop()
-            self._wait_listening(*self._spawn_child())
+            pending, self._pending = self._pending, None
+            if pending is None:
+                if self.alive and os.path.exists(self.path):
+                    return
+                self._stop()
+                pending = self._spawn_child()
+            self._wait_listening(*pending)
 
     def _spawn_child(self) -> tuple[subprocess.Popen[bytes], threading.Thread]:
         argv = ssh_command(self._host, self._settings, self.path, binary=self._binary)
@@ -293,6 +310,7 @@ class OpenSshForward:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _stop(self) -> None:
+        self._pending = None
         proc, self._proc = self._proc, None
         if proc is None:
             return
