@@ -1,6 +1,7 @@
 """``proxyfleet apply``: one reconcile, now, from a checkout on this machine.
 
-Loads the repo, takes the fleet's lock, observes the live hosts, shows the
+Loads the repo, takes the fleet's lock (once the hosts are dialling; before
+anything is observed: ``ApplyLock``), observes the live hosts, shows the
 plan, asks (unless ``--yes``), applies it, checks every proxy and prints the
 result. The lock is the one a running daemon holds (docs/operations.md): next
 to a daemon that leads the fleet, apply refuses and names the holder; with
