@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # paramiko loads with the SSH link, when a carrier first need
 
 class Carrier:
     """The local socket libvirt-python opens for one host, and the SSH link beside it.
-    Not locked: ``LibvirtSession`` changes it under its own lock."""
+    Not locked itself: ``LibvirtSession`` changes it under its own lock, while a lane's
+    dial and a deadline's ``cut`` only read ``bridge`` (one reference) without it."""
 
     def __init__(self, host: Host, settings: SshSettings) -> None:
         self._host = host
