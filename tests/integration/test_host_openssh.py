@@ -56,6 +56,13 @@ def trusting(settings: SshSettings, server: Sshd) -> SshSettings:
     )
 
 
+def served(
+    make_host: Callable[..., LibvirtHost], host: Host, settings: SshSettings, server: Sshd
+) -> LibvirtHost:
+    """An adapter for ``host`` reached through ``server``, trusting its key."""
+    return make_host(replace(host, port=server.port), trusting(settings, server))
+
+
 @pytest.fixture
 def openssh(settings: SshSettings) -> SshSettings:
     return replace(settings, libvirt_transport="openssh")
@@ -129,9 +136,8 @@ def test_a_server_that_refuses_streamlocal_keeps_the_virt_ssh_helper_and_leaves_
     openssh: SshSettings,
 ) -> None:
     server = own_sshd(streamlocal=False)
-    ssh = trusting(openssh, server)
     before = set(ssh_children())
-    adapter = make_host(replace(host, port=server.port), ssh)
+    adapter = served(make_host, host, openssh, server)
 
     assert adapter.observe().reachable
     assert adapter.session.via == "virt-ssh-helper"
@@ -150,8 +156,7 @@ def test_a_dial_that_works_is_one_ssh_login_and_the_link_dials_only_for_a_remote
     openssh: SshSettings,
 ) -> None:
     server = own_sshd()
-    ssh = trusting(openssh, server)
-    adapter = make_host(replace(host, port=server.port), ssh)
+    adapter = served(make_host, host, openssh, server)
 
     assert adapter.observe().reachable
     assert adapter.observe().reachable
@@ -198,7 +203,7 @@ def test_dialling_ahead_starts_the_ssh_child_that_the_next_call_then_uses(
 ) -> None:
     server = own_sshd()
     before = set(ssh_children())
-    adapter = make_host(replace(host, port=server.port), trusting(openssh, server))
+    adapter = served(make_host, host, openssh, server)
 
     adapter.dial_ahead()
     started = set(ssh_children()) - before
