@@ -5,11 +5,13 @@ another host's observe."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 from reconciler.adapters.hypervisor.hostobserve import observe_host
 from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
 from reconciler.core.render.metadata import owner_xml
+from reconciler.errors import NotFoundError
 from reconciler.model import DomainState, Host, HostNetwork, Owner
 
 NETWORK = HostNetwork("bridge", "br0")
@@ -19,6 +21,23 @@ RUNNING = {"state.state": 1, "state.reason": 1, "vcpu.current": 1, "balloon.curr
 class Dom:
     def __init__(self, name: str, text: str, hang: threading.Event | None = None) -> None:
         self._name, self._text, self._hang = name, text, hang
+        self.conn: Conn | None = None  # set by the Conn that lists it
+
+    def info(self) -> list[int]:
+        """virDomainGetInfo: state, maximum and current memory (KiB), vCPUs, CPU time."""
+        assert self.conn is not None
+        self.conn.calls["info"] += 1
+        desc = self.conn.described(self._name)
+        if desc.get("gone"):
+            raise NotFoundError(f"no domain {self._name}")
+        current = desc.get("balloon.current", 0)
+        return [
+            desc["state.state"],
+            desc.get("balloon.maximum", current),
+            current,
+            desc.get("vcpu.current", 0),
+            desc.get("vcpu.0.time", 0),
+        ]
 
     def name(self) -> str:
         return self._name
@@ -27,6 +46,8 @@ class Dom:
         return f"uuid-{self._name}"
 
     def metadata(self, *_args: object) -> str:
+        if self.conn is not None:
+            self.conn.calls["metadata"] += 1
         if self._hang is not None:
             self._hang.wait()  # the read is on the wire of a link that stopped answering
         return self._text
@@ -44,27 +65,45 @@ class Pool:
 
 
 class Conn:
+    """A host whose domains are described by what libvirt would report of them: state and
+    reason through the bulk stats' state group, vCPUs and memory through virDomainGetInfo."""
+
     def __init__(self, doms: list[Dom], stats: dict[str, dict[str, Any]] | None = None) -> None:
         self.doms, self.stats = doms, stats or {}
+        self.calls: Counter[str] = Counter()
+        self.groups: list[int] = []
+        for dom in doms:
+            dom.conn = self
+
+    def described(self, name: str) -> dict[str, Any]:
+        return self.stats.get(name, RUNNING)
 
     def getInfo(self) -> list[Any]:
         return ["x86_64", 16384, 4]
 
-    def getAllDomainStats(self, _stats: int, _flags: int) -> list[tuple[Dom, dict[str, int]]]:
-        return [(dom, dict(self.stats.get(dom.name(), RUNNING))) for dom in self.doms]
+    def getAllDomainStats(self, stats: int, _flags: int) -> list[tuple[Dom, dict[str, int]]]:
+        self.groups.append(stats)
+        return [
+            (dom, {k: v for k, v in self.described(dom.name()).items() if k.startswith("state.")})
+            for dom in self.doms
+        ]
 
 
 class Session:
-    """What observe_host asks of a LibvirtSession: calls on one connection, the owners."""
+    """What observe_host asks of a LibvirtSession: calls on one connection, the owners (the
+    daemon's cache; None: apply's session, which reads every owner)."""
 
     tracing = False
 
     def __init__(
-        self, doms: list[Dom], owners: OwnerCache, stats: dict[str, dict[str, Any]] | None = None
+        self,
+        doms: list[Dom],
+        owners: OwnerCache | None,
+        stats: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.conn, self._owners = Conn(doms, stats), owners
 
-    def owners(self) -> OwnerCache:
+    def owners(self) -> OwnerCache | None:
         return self._owners
 
     def call(self, _rpc: str, fn: Any, **_ids: object) -> Any:

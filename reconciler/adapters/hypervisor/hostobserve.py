@@ -45,26 +45,23 @@ FAILURE_REASONS = {
 }
 """libvirt state reasons the planner acts on: a domain down through a failure
 (self-healing), paused by the hypervisor on an I/O error (a full pool) or by a person."""
-OBSERVED_STATS = (
-    libvirt.VIR_DOMAIN_STATS_STATE
-    | libvirt.VIR_DOMAIN_STATS_VCPU
-    | libvirt.VIR_DOMAIN_STATS_BALLOON
-)
-"""One bulk RPC for every domain's state and reason, vCPUs and current memory (hand edits)."""
+OBSERVED_STATS = libvirt.VIR_DOMAIN_STATS_STATE
+"""One bulk RPC for every domain's state and reason. Only the state group: libvirtd answers
+it from what it holds, without the domain's job or its QEMU. The vCPU and balloon groups
+take each running domain's job and ask its QEMU over the monitor (memory statistics) even
+though ``vcpu.current`` and ``balloon.current`` are libvirtd's own: with 20 running TCG
+guests on the lab's two cores that one call took 1.5-2.0 s against 2-6 ms for the state
+alone, and a QEMU that stopped answering kept it waiting (docs/performance.md, "Observing
+running guests"). A running domain's sizes come from ``virDomainGetInfo`` instead
+(``SIZED_STATES``)."""
 OBSERVED_STATS_FLAGS = libvirt.VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT
-"""Never wait for a domain's job. For a running domain the vCPU and balloon groups ask its
-QEMU over the monitor, under the domain's job; a QEMU that does not answer (stopped,
-wedged on its storage) keeps the first such call, and the job, until it answers. Without
-this flag every later observe of the host would wait libvirt's 30 s for that job, per such
-domain, and with two of them outlast the call deadline every cycle: the whole host
-unobservable. With it, libvirtd skips the monitor for a domain whose job is taken and still
-reports what it holds itself: state, ``vcpu.current``, ``balloon.current`` and
-``balloon.maximum``, all this module reads. The first call still waits (the job was free),
-until the call deadline drops it: one lost observe. A domain that another call is starting or
-stopping at that moment is reported as it stands mid-way (shut off, or paused "starting up"),
-as a read a moment earlier would have seen it: at worst a start is planned that finds the
-domain running (done) or fails as already running, and the next observe sees it run.
-docs/hosts.md "A QEMU that does not answer"."""
+"""Never wait for a domain's job. The state group takes none; this keeps any group added
+later from waiting on a QEMU that does not answer (docs/hosts.md "A QEMU that does not
+answer")."""
+SIZED_STATES = frozenset({libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED})
+"""libvirt states whose vCPUs and memory the planner uses (hand edits, a host's capacity):
+one ``virDomainGetInfo`` each, which reads libvirtd's own definition of the running domain
+and the QEMU process's CPU time from ``/proc``, with no job and no monitor call."""
 OBSERVE_READS = 4
 """Metadata reads in flight at once on one host's connection while observing. libvirtd
 serves up to ``max_client_requests`` (default 5) calls of one client at a time."""
@@ -115,8 +112,8 @@ OBSERVING = _Observing()
 
 def observe_host(session: LibvirtSession, images: BaseImages, host: Host) -> HostInventory:
     """The pool's volume names and space (3 RPCs), the node's CPUs and memory (1 RPC),
-    1 RPC for every domain with its state, reason and size, then one metadata read per
-    domain.
+    1 RPC for every domain's state and reason, then for each running domain its vCPUs and
+    memory (``virDomainGetInfo``) and for each domain one metadata read.
 
     Volumes are listed before domains: a domain defined in between is then
     seen with its volumes, never the other way round (volumes that look
@@ -148,11 +145,11 @@ def _observe(session: LibvirtSession, images: BaseImages, host: Host) -> HostInv
     )
     found: list[Domain | None] = []
     unread: list[tuple[Any, dict[str, Any]]] = stats
-    if owners is not None:  # the known ones on this thread: no reader wakes for them
+    if owners is not None:  # known and not running: on this thread, no reader wakes for them
         unread = []
         with BUILDING:
             for dom, values in stats:
-                known = _known_owner(dom, values, owners)
+                known = None if _sized(values) else _known_owner(dom, values, owners)
                 if known is None:
                     unread.append((dom, values))
                 else:
@@ -225,6 +222,11 @@ def _volume_names(
     return names, (int(capacity), int(available))
 
 
+def _sized(values: dict[str, Any]) -> bool:
+    """Whether the domain of these bulk stats runs, so that its vCPUs and memory count."""
+    return values.get("state.state") in SIZED_STATES
+
+
 def _known_owner(dom: Any, values: dict[str, Any], owners: OwnerCache) -> Domain | None:
     """The domain with the owner ``owners`` knows unchanged since its last read; None
     when it must be read. Name and UUID are the domain object's own: no RPC."""
@@ -241,12 +243,30 @@ def _read_domain(
 ) -> Domain | None:
     """The domain with its owner (None: foreign); None when it vanished meanwhile.
 
-    ``values`` are its bulk stats (state, reason, size). ``owners`` (the daemon's) is
-    told what the read found."""
+    ``values`` are its bulk stats (state, reason); a running domain's sizes are read here.
+    ``owners`` (the daemon's) answers for an owner it knows unchanged, and is told what a
+    read found."""
     name = dom.name()
+    if _sized(values):
+        try:
+            _state, maximum, current, vcpus, _cpu_time = session.call(
+                "virDomainGetInfo", lambda _c: dom.info(), domain=name
+            )
+        except NotFoundError:
+            log.debug("host %s: domain %s vanished while listing", host.name, name)
+            return None
+        values = {
+            **values,
+            "vcpu.current": int(vcpus),
+            "balloon.current": int(current),
+            "balloon.maximum": int(maximum),
+        }
     uuid, began = "", 0
     if owners is not None:
         uuid = dom.UUIDString()  # known to the domain object: no RPC
+        known, text = owners.get(uuid)
+        if known:
+            return _observed(name, values, text)
         began = owners.begin()
     try:
         raw = session.call("virDomainGetMetadata", _owner_of(dom), domain=name)
