@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -48,18 +47,21 @@ from reconciler.cli.common import (
     state_dir,
     table,
 )
+from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
 from reconciler.cli.progress import progress_bars, show_progress_lines
+from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.status import statusdoc
 from reconciler.engine.check import Prober
 from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
-from reconciler.engine.leadership import fleet_id
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, InvalidInput
+from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport, RunResult
 from reconciler.model.settings import ApplySettings, DaemonSettings
@@ -118,11 +120,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return identity_error(exc)
     stop = threading.Event()
-    fleet = fleet_id(args.repo)
+    revision = start_revision(args.repo)  # git answers while the repo loads
+    limits = read_limits(settings)
+    repo = _loaded(args.repo, limits, secrets)
+    fleet = repo.fleet.name if repo is not None else None
     lock = ApplyLock(settings, state_dir(args, settings.state_dir), fleet)
     try:
         with _stop_on_signals(stop):
             one = fleet_settings(settings, fleet)
+            if read_limits(one) != limits:  # that fleet's entry reads its repo otherwise
+                repo = None
             engine = build_engine(
                 args,
                 one,
@@ -132,7 +139,13 @@ def run(args: argparse.Namespace) -> int:
                 secrets=secrets,
             )
             try:
-                return apply_with(args, engine, gate=lambda: lock.take(wait=args.wait, stop=stop))
+                return apply_with(
+                    args,
+                    engine,
+                    gate=lambda: lock.take(wait=args.wait, stop=stop),
+                    revision=revision,
+                    loaded=repo,
+                )
             except LockRefused:
                 return EXIT_ERROR
             finally:
@@ -191,12 +204,21 @@ def build_engine(
 
 
 def apply_with(
-    args: argparse.Namespace, engine: Engine, *, gate: Callable[[], None] | None = None
+    args: argparse.Namespace,
+    engine: Engine,
+    *,
+    gate: Callable[[], None] | None = None,
+    revision: Callable[[], str] | None = None,
+    loaded: Repo | None = None,
 ) -> int:
     """The command once its engine exists (tests pass one over fake hosts). ``gate``: the
-    fleet lock (``ApplyLock.take``), taken before the hosts are observed."""
+    fleet lock (``ApplyLock.take``), taken before the hosts are observed. ``revision``:
+    the answer of a ``start_revision`` started earlier; asked now when None. ``loaded``:
+    the repo as ``run`` loaded it with the engine's limits and secrets (``Engine.prepare``)."""
     root: Path = args.repo
-    prepared = engine.prepare(root, revision=repo_revision(root), gate=gate)
+    prepared = engine.prepare(
+        root, revision=(revision or start_revision(root))(), gate=gate, loaded=loaded
+    )
     if isinstance(prepared, RunReport):
         return _stalled(prepared, as_json=args.json)
     changes = prepared.plan.has_changes
@@ -331,26 +353,14 @@ def _stalled(report: RunReport, *, as_json: bool) -> int:
     return EXIT_ERROR
 
 
-def repo_revision(root: Path) -> str:
-    """The commit checked out at ``root`` ("+dirty" when it has local changes), or ""."""
+def _loaded(root: Path, limits: ReadLimits, secrets: SecretAccess) -> Repo | None:
+    """The repo at ``root``, loaded once for the fleet's name (the lock's) and the run; None
+    when it does not load (``Engine.prepare`` loads it again and reports every problem, and
+    a repo that does not load is never acted on, so it needs no lock)."""
     try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "."],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return f"{head}+dirty" if dirty else head
+        return load_repo(root, limits=limits, secrets=secrets)
+    except InvalidInput:
+        return None
 
 
 @contextmanager

@@ -130,15 +130,23 @@ class Engine:
         revision: str,
         started: datetime | None = None,
         gate: Callable[[], None] | None = None,
+        loaded: Repo | None = None,
     ) -> Prepared | RunReport:
         """Load, observe and plan. A repo that does not load gives a Stalled report.
 
         Once the repo has loaded and passed its checks, every host starts dialling
         (``dial_ahead``) and ``gate`` runs, before anything is observed: ``apply`` takes
-        the fleet lock there while the SSH handshakes run, and raises to stop."""
+        the fleet lock there while the SSH handshakes run, and raises to stop.
+        ``loaded``: the repo at ``root`` as the caller just loaded it with this engine's
+        ``read_limits`` and ``secrets`` (``apply``, which needed its fleet's name first);
+        None: loaded here."""
         started = started if started is not None else self.runtime.clock()
         try:
-            repo = load_repo(root, limits=self.read_limits, secrets=self.secrets)
+            repo = (
+                loaded
+                if loaded is not None
+                else load_repo(root, limits=self.read_limits, secrets=self.secrets)
+            )
         except InvalidInput as exc:
             problems = tuple(str(p) for p in exc.problems)
             log.error(
