@@ -4,7 +4,6 @@ repo loads."""
 
 from __future__ import annotations
 
-import functools
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ GIT_TIMEOUT = 10.0
 
 def start_revision(root: Path) -> Callable[[], str]:
     """Ask git, in two processes at once, for the commit checked out at ``root`` and
-    whether it has local changes; the call returned waits for both and answers the commit
+    whether it has local changes; the call returned (once) waits for both and answers the commit
     ("+dirty" when it has local changes), or "" (no git, not a checkout, no answer in
     ``GIT_TIMEOUT`` seconds)."""
     git = ("git", "-C", str(root))
@@ -40,7 +39,7 @@ def start_revision(root: Path) -> Callable[[], str]:
             return ""
         return f"{head}+dirty" if dirty else head
 
-    return functools.cache(answer)
+    return answer
 
 
 def _git_output(process: subprocess.Popen[str]) -> str | None:
