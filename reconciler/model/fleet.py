@@ -262,6 +262,8 @@ class Proxy:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location(""), compare=False)
+    proxy_set: str = ""
+    """The ProxySet this proxy is a member of ("" for a Proxy document): its DNS name."""
 
     @property
     def restarted_at(self) -> str:

@@ -83,6 +83,32 @@ class HostStatus:
     foreign: int = 0
 
 
+class DnsResult(StrEnum):
+    PUBLISHED = "published"
+    """The server took this run's changes."""
+    UNCHANGED = "unchanged"
+    """The server already had every wanted record: nothing was sent."""
+    FAILED = "failed"
+    """The server was unreachable or refused the transfer or the update: nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DnsOutcome:
+    """What publishing the fleet's names did this run (reconciler.engine.endpoints)."""
+
+    result: DnsResult
+    records: int = 0
+    """Names the fleet owns on the server after the run."""
+    changes: int = 0
+    """Names this run created, changed or deleted."""
+    conflicts: tuple[str, ...] = ()
+    """Wanted names held by someone else (no TXT of this fleet), one sentence each: left alone."""
+    rcode: str = ""
+    """The server's answer when it refused (``NOTAUTH``, ``REFUSED``, ``NXRRSET``, ``BADSIG``)."""
+    error: str = ""
+    """Why it failed, in one sentence (never the key's secret)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunReport:
     started: datetime
@@ -103,6 +129,8 @@ class RunReport:
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""
+    dns: DnsOutcome | None = None
+    """What publishing the proxies' names did; None: no ``dns`` configured (or not reached)."""
 
     @property
     def duration_seconds(self) -> float:
