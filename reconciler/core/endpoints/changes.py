@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.core.endpoints.records import Endpoint, registry_owner, registry_text
+from reconciler.core.endpoints.records import Endpoint, registry_owner
 from reconciler.model.settings import DnsPolicy
 
 
@@ -87,9 +87,7 @@ def diff(
             conflicts.append(_conflict(now))
         else:
             owned += 1
-            if (now.a, now.aaaa) != (endpoint.ipv4, endpoint.ipv6) or registry_text(
-                fleet
-            ) not in now.txt:
+            if set(now.a) != set(endpoint.ipv4) or set(now.aaaa) != set(endpoint.ipv6):
                 changes.append(Change(Op.UPDATE, endpoint.name, before=now, after=endpoint))
     for now in present:
         if now.owner != fleet or now.name in wanted_names:

@@ -101,7 +101,7 @@ def members(repo: Repo, proxies: Sequence[ProxyStatus]) -> tuple[Member, ...]:
                 proxy=proxy.name,
                 zone=proxy.placement.zone,
                 proxy_set=proxy.proxy_set,
-                address=status.ip if _is_address(status.ip) else "",
+                address=_normal(status.ip),
                 health=status.health,
             )
         )
@@ -155,12 +155,12 @@ def _shared(
     return ()
 
 
-def _is_address(text: str) -> bool:
+def _normal(text: str) -> str:
+    """The address in its canonical text (as a server prints it back); "" if not one."""
     try:
-        ipaddress.ip_address(text)
+        return str(ipaddress.ip_address(text))
     except ValueError:
-        return False
-    return True
+        return ""
 
 
 def _address_key(address: str) -> tuple[int, int]:

@@ -1,0 +1,266 @@
+"""The fleet's names on a real DNS server: RFC 2136 UPDATE, signed with TSIG (RFC 8945).
+
+dnspython does the wire work. TSIG (a MAC over the message with the time signed, the
+server's signed answer checked, BADKEY/BADSIG/BADTIME told apart) and UPDATE (zone,
+prerequisite and update sections, value-dependent prerequisites) are protocols where an
+almost-right implementation fails only against a real server, or fails open: not code
+to write ourselves. dnspython is imported by this module and no other (import-linter).
+
+One run:
+
+1. **Read** the zone with one AXFR, signed with the same key, rather than a query per
+   name. Under ``sync`` the publisher must find the names the fleet owns and no longer
+   wants (a proxy deleted while the daemon was down, a renamed set): only a listing of
+   the zone can, its TXT registry records telling ours from the rest. One transfer is
+   one TCP connection whatever the fleet's size, where queries would cost three per
+   name (A, AAAA, TXT). The zone must allow the transfer to the key
+   (``allow-transfer { key NAME; }``), as external-dns's rfc2136 provider needs too.
+2. **Decide** with the pure core: ``records.record_set`` then ``changes.diff``.
+3. **Write** every change in ONE UPDATE message over TCP (200 proxies outgrow UDP),
+   each change with its prerequisites: a new name must not exist, a changed or deleted
+   one must still hold exactly the A, AAAA and TXT records read in step 1. So a
+   concurrent edit (a person, a second daemon) fails the whole update (NXRRSET,
+   YXDOMAIN) instead of being overwritten; the next run reads again.
+
+Nothing is sent when nothing changed. Every failure is a ``DnsOutcome`` (FAILED, the
+server's rcode), never an exception: DNS never stops VM reconciling. The TSIG secret is
+read from its file at each run, handed to dnspython and to nothing else; no message
+names it.
+"""
+
+from __future__ import annotations
+
+import binascii
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import dns.exception
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
+import dns.rdata
+import dns.rdataclass
+import dns.rdataset
+import dns.rdatatype
+import dns.tsig
+import dns.update
+import dns.xfr
+import dns.zone
+
+from reconciler.core.endpoints.changes import Change, Present, diff, published
+from reconciler.core.endpoints.records import (
+    Endpoint,
+    Member,
+    record_set,
+    registry_owner,
+    registry_text,
+)
+from reconciler.model.report import DnsOutcome, DnsResult
+from reconciler.model.settings import DnsSettings
+
+log = logging.getLogger(__name__)
+
+_TYPES = {dns.rdatatype.A: "a", dns.rdatatype.AAAA: "aaaa", dns.rdatatype.TXT: "txt"}
+_ZONE_ONLY = (dns.rdatatype.SOA, dns.rdatatype.NS)
+
+
+class Refused(Exception):
+    """The server answered, and said no: ``rcode`` is its answer."""
+
+    def __init__(self, rcode: str, message: str) -> None:
+        super().__init__(message)
+        self.rcode = rcode
+
+
+class Rfc2136Publisher:
+    """Publishes the names of ``fleet`` into ``settings.zone`` on ``settings.server``."""
+
+    def __init__(self, settings: DnsSettings) -> None:
+        self.settings = settings
+        host, _, port = settings.server.rpartition(":")
+        self._host = host.strip("[]") or settings.server
+        self._port = int(port) if port.isdigit() else 53
+        self._zone = dns.name.from_text(settings.zone)
+
+    def publish(self, fleet: str, members: Sequence[Member]) -> DnsOutcome:
+        """Read the zone, send the changes: one AXFR and at most one UPDATE, each bounded by
+        ``settings.timeout``. Never raises for the server's or the network's failures."""
+        try:
+            key = self._key()
+            present = self._read(key)
+            owned = published(present, fleet=fleet)
+            wanted = record_set(members, published=owned)
+            found = diff(wanted, present, fleet=fleet, policy=self.settings.policy)
+            for conflict in found.conflicts:
+                log.warning("DNS name %s in zone %s", conflict, self.settings.zone)
+            if found.changes:
+                self._write(key, found.changes, fleet=fleet)
+                log.info(
+                    "Published %d DNS change(s) to %s: %s.",
+                    len(found.changes),
+                    self.settings.server,
+                    ", ".join(f"{c.op.value} {c.name}" for c in found.changes),
+                )
+        except Refused as exc:
+            return self._failed(str(exc), rcode=exc.rcode)
+        except (OSError, EOFError, dns.exception.DNSException) as exc:
+            why = f"DNS server {self.settings.server} unreachable: {exc or type(exc).__name__}"
+            return self._failed(why)
+        result = DnsResult.PUBLISHED if found.changes else DnsResult.UNCHANGED
+        return DnsOutcome(
+            result=result,
+            records=found.owned,
+            changes=len(found.changes),
+            conflicts=found.conflicts,
+        )
+
+    def _failed(self, why: str, *, rcode: str = "") -> DnsOutcome:
+        log.warning("Nothing published to DNS this run: %s.", why)
+        return DnsOutcome(result=DnsResult.FAILED, rcode=rcode, error=why)
+
+    def _key(self) -> dns.tsig.Key | None:
+        tsig = self.settings.tsig
+        if tsig is None:
+            return None
+        secret = _secret(tsig.secret_file)
+        try:
+            return dns.tsig.Key(tsig.name, secret, tsig.algorithm)
+        except (binascii.Error, ValueError, dns.exception.DNSException) as exc:
+            raise Refused("", f"TSIG key {tsig.name} unusable: {type(exc).__name__}") from None
+
+    def _read(self, key: dns.tsig.Key | None) -> list[Present]:
+        query = dns.message.make_query(self._zone, dns.rdatatype.AXFR)
+        if key is not None:
+            query.use_tsig(key)
+        zone = dns.zone.Zone(self._zone, relativize=True)
+        try:
+            dns.query.inbound_xfr(
+                self._host,
+                zone,
+                query=query,
+                port=self._port,
+                timeout=self.settings.timeout,
+                lifetime=self.settings.timeout,
+            )
+        except dns.tsig.PeerError as exc:
+            raise Refused(_peer_rcode(exc), f"zone transfer refused the key: {exc}") from None
+        except dns.xfr.TransferError as exc:
+            rcode = dns.rcode.to_text(exc.rcode)
+            raise Refused(
+                rcode, f"zone transfer of {self.settings.zone} refused: {rcode}"
+            ) from None
+        return _present(zone)
+
+    def _write(self, key: dns.tsig.Key | None, changes: Sequence[Change], *, fleet: str) -> None:
+        update = dns.update.UpdateMessage(self._zone)
+        if key is not None:
+            update.use_tsig(key)
+        ttl = int(self.settings.ttl)
+        txt = _txt(registry_text(fleet))
+        for change in changes:
+            name = dns.name.from_text(change.name, self._zone)
+            _prerequisites(update, name, change.before)
+            if change.after is None:  # a delete: our records only, other TXT values stay
+                update.delete(name, dns.rdatatype.A)
+                update.delete(name, dns.rdatatype.AAAA)
+                before = change.before.txt if change.before is not None else ()
+                for text in before:
+                    if registry_owner([text]) == fleet:
+                        update.delete(name, _txt(text))
+                continue
+            _set(update, name, ttl, change.after)
+            update.add(name, ttl, txt)
+        try:
+            response = dns.query.tcp(
+                update, self._host, port=self._port, timeout=self.settings.timeout
+            )
+        except dns.tsig.PeerError as exc:
+            raise Refused(_peer_rcode(exc), f"update refused the key: {exc}") from None
+        rcode = response.rcode()
+        if rcode != dns.rcode.NOERROR:
+            text = dns.rcode.to_text(rcode)
+            raise Refused(text, f"update of {self.settings.zone} refused: {text}{_why(rcode)}")
+
+
+def _secret(path: Path | None) -> str:
+    if path is None:
+        raise Refused("", "dns.tsig.secretFile is not set")
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise Refused("", f"TSIG secret file {path} unreadable: {exc.strerror}") from None
+
+
+def _present(zone: dns.zone.Zone) -> list[Present]:
+    """Every name of the zone but its apex, with its A, AAAA and TXT values."""
+    out = []
+    for name, node in zone.nodes.items():
+        if name == dns.name.empty:
+            continue
+        values: dict[str, tuple[str, ...]] = {}
+        other = []
+        for rdataset in node.rdatasets:
+            field = _TYPES.get(rdataset.rdtype)
+            if field is None:
+                other.append(dns.rdatatype.to_text(rdataset.rdtype))
+            elif field == "txt":
+                values[field] = tuple(sorted(b"".join(r.strings).decode() for r in rdataset))
+            else:
+                values[field] = tuple(sorted((r.to_text() for r in rdataset), key=_order))
+        out.append(Present(name=name.to_text(), other=tuple(sorted(other)), **values))
+    return sorted(out, key=lambda p: p.name)
+
+
+def _prerequisites(
+    update: dns.update.UpdateMessage, name: dns.name.Name, before: Present | None
+) -> None:
+    """The server must still hold what was read: nothing at all for a new name; exactly
+    the A, AAAA and TXT values read for a name changed or deleted."""
+    if before is None:
+        update.absent(name)
+        return
+    for rdtype, values in (
+        (dns.rdatatype.A, before.a),
+        (dns.rdatatype.AAAA, before.aaaa),
+    ):
+        if values:
+            update.present(name, dns.rdataset.from_text(dns.rdataclass.IN, rdtype, 0, *values))
+        else:
+            update.absent(name, rdtype)
+    texts = [_txt(t) for t in before.txt]
+    update.present(name, dns.rdataset.from_rdata_list(0, texts))
+
+
+def _set(update: dns.update.UpdateMessage, name: dns.name.Name, ttl: int, after: Endpoint) -> None:
+    for rdtype, values in ((dns.rdatatype.A, after.ipv4), (dns.rdatatype.AAAA, after.ipv6)):
+        if values:
+            update.replace(name, dns.rdataset.from_text(dns.rdataclass.IN, rdtype, ttl, *values))
+        else:
+            update.delete(name, rdtype)
+
+
+def _txt(text: str) -> dns.rdata.Rdata:
+    quoted = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return dns.rdata.from_text(dns.rdataclass.IN, dns.rdatatype.TXT, quoted)
+
+
+def _peer_rcode(exc: dns.tsig.PeerError) -> str:
+    if isinstance(exc, dns.tsig.PeerBadKey):
+        return "NOTAUTH (BADKEY)"
+    if isinstance(exc, dns.tsig.PeerBadSignature):
+        return "NOTAUTH (BADSIG)"
+    if isinstance(exc, dns.tsig.PeerBadTime):
+        return "NOTAUTH (BADTIME)"
+    return "NOTAUTH"
+
+
+def _why(rcode: dns.rcode.Rcode) -> str:
+    if rcode in (dns.rcode.NXRRSET, dns.rcode.YXDOMAIN, dns.rcode.YXRRSET, dns.rcode.NXDOMAIN):
+        return " (a name changed since it was read: the next run reads again)"
+    return ""
+
+
+def _order(address: str) -> tuple[int, str]:
+    return (len(address), address)
