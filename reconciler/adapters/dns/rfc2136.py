@@ -49,14 +49,8 @@ import dns.update
 import dns.xfr
 import dns.zone
 
-from reconciler.core.endpoints.changes import Change, Present, diff, published
-from reconciler.core.endpoints.records import (
-    Endpoint,
-    Member,
-    record_set,
-    registry_owner,
-    registry_text,
-)
+from reconciler.core.endpoints.changes import Change, Present, decide
+from reconciler.core.endpoints.records import Endpoint, Member, registry_owner, registry_text
 from reconciler.model.report import DnsOutcome, DnsResult
 from reconciler.model.settings import DnsSettings
 
@@ -90,9 +84,7 @@ class Rfc2136Publisher:
         try:
             key = self._key()
             present = self._read(key)
-            owned = published(present, fleet=fleet)
-            wanted = record_set(members, published=owned)
-            found = diff(wanted, present, fleet=fleet, policy=self.settings.policy)
+            found = decide(members, present, fleet=fleet, policy=self.settings.policy)
             for conflict in found.conflicts:
                 log.warning("DNS name %s in zone %s", conflict, self.settings.zone)
             if found.changes:

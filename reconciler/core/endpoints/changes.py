@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.core.endpoints.records import Endpoint, registry_owner
+from reconciler.core.endpoints.records import Endpoint, Member, record_set, registry_owner
 from reconciler.model.settings import DnsPolicy
 
 
@@ -67,6 +67,15 @@ class Changes:
 def published(present: Sequence[Present], *, fleet: str) -> dict[str, tuple[str, ...]]:
     """The addresses of the names ``fleet`` owns: ``records.record_set``'s memory."""
     return {p.name: (*p.a, *p.aaaa) for p in present if p.owner == fleet}
+
+
+def decide(
+    members: Sequence[Member], present: Sequence[Present], *, fleet: str, policy: DnsPolicy
+) -> Changes:
+    """The whole decision of a run: the names ``members`` imply (``present`` remembering
+    what a proxy that is not healthy keeps), against ``present``."""
+    wanted = record_set(members, published=published(present, fleet=fleet))
+    return diff(wanted, present, fleet=fleet, policy=policy)
 
 
 def diff(
