@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bindserver import ZONE, Bind, tsig_secret
+from bindserver import KEY, ZONE, Bind, tsig_secret
+from publishworld import World
 
 from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
 from reconciler.core.endpoints.records import Member
-from reconciler.model.report import DnsResult, Health
+from reconciler.core.status.statusdoc import build, dump_yaml, run_entry
+from reconciler.model.report import DnsResult, Health, RunResult
 from reconciler.model.settings import DnsPolicy
 
 PORT = 19853
@@ -205,3 +207,31 @@ def test_an_edit_between_reading_and_writing_fails_the_update_instead_of_being_l
 
     assert (outcome.result, outcome.rcode) == (DnsResult.FAILED, "NXRRSET")
     assert bind.dig("web-0", "A") == ["192.0.2.10", "192.0.2.55"]
+
+
+def test_the_daemons_engine_publishes_into_bind_and_its_secret_stays_out_of_log_and_status(
+    bind: Bind, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = World(tmp_path / "repo", Rfc2136Publisher(bind.settings()))
+    (tmp_path / "repo").mkdir()
+    world.write("web-1", "web-2")
+
+    with caplog.at_level(logging.DEBUG):
+        published = world.cycle()
+        bind.secret_file.write_text(tsig_secret(KEY))  # rotated on the box, not on the server
+        refused = world.cycle()
+
+    assert bind.dig("web-1", "A") == [world.ip(published, "web-1")]
+    assert bind.dig("a.zone", "A") == sorted(
+        [world.ip(published, "web-1"), world.ip(published, "web-2")]
+    )
+    condition = next(c for c in refused.conditions if c.type == "DnsPublished")
+    assert (condition.status, condition.reason) == (False, "UpdateRefused")
+    assert "NOTAUTH (BADSIG)" in condition.message
+    assert refused.result is RunResult.SUCCESS
+    canary = bind.secret_file.read_text().strip()
+    status = dump_yaml(build(refused, None, runs=[run_entry(refused)]))
+    assert "DnsPublished" in status
+    for secret in (canary, bind.secret):
+        assert secret not in status
+        assert secret not in caplog.text
