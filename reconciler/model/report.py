@@ -83,6 +83,24 @@ class HostStatus:
     foreign: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A proxy of the repo as its clients see it after a run: the VM that speaks for it and
+    its health. The DNS names and the Prometheus targets are made of these
+    (reconciler.core.endpoints)."""
+
+    proxy: str
+    zone: str = ""
+    proxy_set: str = ""
+    """The ProxySet it belongs to; "" for a Proxy document."""
+    address: str = ""
+    """The address its health check answered on (canonical text); "" when none is known."""
+    health: Health = Health.UNKNOWN
+    host: str = ""
+    port: int = 3128
+    """The port clients use (``spec.health.proxyPort``)."""
+
+
 class DnsResult(StrEnum):
     PUBLISHED = "published"
     """The server took this run's changes."""
@@ -131,6 +149,11 @@ class RunReport:
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""
     dns: DnsOutcome | None = None
     """What publishing the proxies' names did; None: no ``dns`` configured (or not reached)."""
+    fleet: str = ""
+    """The fleet's id (``metadata.name``) once the repo loaded."""
+    members: tuple[Member, ...] = ()
+    """The repo's proxies as clients see them after the run (the DNS names and the
+    Prometheus targets are made of them); empty when nothing was observed."""
 
     @property
     def duration_seconds(self) -> float:

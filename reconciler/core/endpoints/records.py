@@ -27,7 +27,9 @@ from enum import StrEnum
 from typing import Final
 
 from reconciler.model import Repo
-from reconciler.model.report import Health, ProxyStatus
+from reconciler.model.report import Health, Member, ProxyStatus
+
+__all__ = ["Endpoint", "Kind", "Member", "members", "record_set", "registry_owner", "registry_text"]
 
 HERITAGE: Final = "heritage=proxyfleet"
 SET_LABEL: Final = "set"
@@ -38,17 +40,6 @@ class Kind(StrEnum):
     PROXY = "proxy"
     SET = "set"
     ZONE = "zone"
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """A proxy of the repo as the run left it: the VM that speaks for it, and its health."""
-
-    proxy: str
-    zone: str = ""
-    proxy_set: str = ""
-    address: str = ""
-    health: Health = Health.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +94,8 @@ def members(repo: Repo, proxies: Sequence[ProxyStatus]) -> tuple[Member, ...]:
                 proxy_set=proxy.proxy_set,
                 address=_normal(status.ip),
                 health=status.health,
+                host=status.host,
+                port=proxy.health.proxy_port,
             )
         )
     return tuple(out)
