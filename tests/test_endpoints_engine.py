@@ -83,7 +83,10 @@ def test_a_dns_server_that_refuses_is_a_false_condition_and_vms_are_still_reconc
     world: World, zone: FakePublisher
 ) -> None:
     zone.failure = DnsOutcome(
-        DnsResult.FAILED, rcode="NOTAUTH (BADSIG)", error="update refused the key"
+        DnsResult.FAILED,
+        reason="UpdateRefused",
+        rcode="NOTAUTH (BADSIG)",
+        error="update refused the key",
     )
 
     report = world.cycle()
@@ -110,7 +113,9 @@ def test_a_publisher_bug_is_a_failed_publish_not_a_failed_run(tmp_path: Path) ->
     report = world.cycle()
 
     assert report.result is RunResult.SUCCESS
-    assert report.dns == DnsOutcome(DnsResult.FAILED, error="RuntimeError: a bug in the publisher")
+    assert report.dns == DnsOutcome(
+        DnsResult.FAILED, reason="PublisherBug", error="RuntimeError: a bug in the publisher"
+    )
 
 
 def test_without_dns_nothing_is_published_and_no_condition_is_added(tmp_path: Path) -> None:

@@ -44,7 +44,8 @@ def publish(publisher: EndpointPublisher | None, repo: Repo, report: RunReport) 
         outcome = publisher.publish(repo.fleet.name, found)
     except Exception as exc:  # a bug in publishing must not lose the run's report
         log.error("Publishing the DNS names failed unexpectedly: %s", exc, exc_info=True)
-        outcome = DnsOutcome(DnsResult.FAILED, error=f"{type(exc).__name__}: {exc}")
+        why = f"{type(exc).__name__}: {exc}"
+        outcome = DnsOutcome(DnsResult.FAILED, reason="PublisherBug", error=why)
     conditions = (*report.conditions, dns_published(outcome))
     return dataclasses.replace(report, dns=outcome, conditions=conditions)
 

@@ -68,6 +68,10 @@ class Refused(Exception):
         self.rcode = rcode
 
 
+class KeyUnusable(Exception):
+    """The box's TSIG key cannot be used (no file, unreadable, not base64): nothing was sent."""
+
+
 class Rfc2136Publisher:
     """Publishes the names of ``fleet`` into ``settings.zone`` on ``settings.server``."""
 
@@ -96,10 +100,12 @@ class Rfc2136Publisher:
                     ", ".join(f"{c.op.value} {c.name}" for c in found.changes),
                 )
         except Refused as exc:
-            return self._failed(str(exc), rcode=exc.rcode)
+            return self._failed(str(exc), reason="UpdateRefused", rcode=exc.rcode)
+        except KeyUnusable as exc:
+            return self._failed(str(exc), reason="KeyUnusable")
         except (OSError, EOFError, dns.exception.DNSException) as exc:
             why = f"DNS server {self.settings.server} unreachable: {exc or type(exc).__name__}"
-            return self._failed(why)
+            return self._failed(why, reason="ServerUnreachable")
         result = DnsResult.PUBLISHED if found.changes else DnsResult.UNCHANGED
         return DnsOutcome(
             result=result,
@@ -108,9 +114,9 @@ class Rfc2136Publisher:
             conflicts=found.conflicts,
         )
 
-    def _failed(self, why: str, *, rcode: str = "") -> DnsOutcome:
+    def _failed(self, why: str, *, reason: str, rcode: str = "") -> DnsOutcome:
         log.warning("Nothing published to DNS this run: %s.", why)
-        return DnsOutcome(result=DnsResult.FAILED, rcode=rcode, error=why)
+        return DnsOutcome(result=DnsResult.FAILED, reason=reason, rcode=rcode, error=why)
 
     def _key(self) -> dns.tsig.Key | None:
         tsig = self.settings.tsig
@@ -120,7 +126,7 @@ class Rfc2136Publisher:
         try:
             return dns.tsig.Key(tsig.name, secret, tsig.algorithm)
         except (binascii.Error, ValueError, dns.exception.DNSException) as exc:
-            raise Refused("", f"TSIG key {tsig.name} unusable: {type(exc).__name__}") from None
+            raise KeyUnusable(f"TSIG key {tsig.name} unusable: {type(exc).__name__}") from None
 
     def _read(self, key: dns.tsig.Key | None) -> list[Present]:
         query = dns.message.make_query(self._zone, dns.rdatatype.AXFR)
@@ -178,11 +184,11 @@ class Rfc2136Publisher:
 
 def _secret(path: Path | None) -> str:
     if path is None:
-        raise Refused("", "dns.tsig.secretFile is not set")
+        raise KeyUnusable("dns.tsig.secretFile is not set")
     try:
         return path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise Refused("", f"TSIG secret file {path} unreadable: {exc.strerror}") from None
+        raise KeyUnusable(f"TSIG secret file {path} unreadable: {exc.strerror}") from None
 
 
 def _present(zone: dns.zone.Zone) -> list[Present]:

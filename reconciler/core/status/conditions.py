@@ -133,11 +133,9 @@ def dns_published(outcome: DnsOutcome) -> Condition:
     rcode when it was unreachable or refused, or with the names someone else holds.
     Its message stays the same from run to run while nothing changes (no status commit)."""
     if outcome.result is DnsResult.FAILED:
-        if not outcome.rcode:
-            return Condition("DnsPublished", False, "ServerUnreachable", outcome.error)
-        return Condition(
-            "DnsPublished", False, "UpdateRefused", f"rcode {outcome.rcode}: {outcome.error}"
-        )
+        reason = outcome.reason or "PublishFailed"
+        rcode = f"rcode {outcome.rcode}: " if outcome.rcode else ""
+        return Condition("DnsPublished", False, reason, rcode + outcome.error)
     if outcome.conflicts:
         names = "; ".join(outcome.conflicts)
         return Condition("DnsPublished", False, "NameConflict", names)
