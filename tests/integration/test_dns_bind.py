@@ -235,3 +235,17 @@ def test_the_daemons_engine_publishes_into_bind_and_its_secret_stays_out_of_log_
     for secret in (canary, bind.secret):
         assert secret not in status
         assert secret not in caplog.text
+
+
+def test_deleting_a_name_removes_only_the_fleets_records_and_keeps_a_note_beside_them(
+    bind: Bind,
+) -> None:
+    publisher = Rfc2136Publisher(bind.settings())
+    publisher.publish(FLEET, [healthy("web-0", "192.0.2.10", proxy_set="")])
+    bind.nsupdate(f'update add web-0.{ZONE} 300 TXT "owner: team-net" "ticket 42"')
+
+    outcome = publisher.publish(FLEET, [])
+
+    assert outcome.result is DnsResult.PUBLISHED
+    assert bind.dig("web-0", "A") == []
+    assert bind.dig("web-0", "TXT") == ['"owner: team-net" "ticket 42"']

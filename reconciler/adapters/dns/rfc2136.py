@@ -57,7 +57,7 @@ from reconciler.model.settings import DnsSettings
 log = logging.getLogger(__name__)
 
 _TYPES = {dns.rdatatype.A: "a", dns.rdatatype.AAAA: "aaaa", dns.rdatatype.TXT: "txt"}
-_ZONE_ONLY = (dns.rdatatype.SOA, dns.rdatatype.NS)
+_OURS = (dns.rdatatype.A, dns.rdatatype.AAAA, dns.rdatatype.TXT)
 
 
 class Refused(Exception):
@@ -87,12 +87,12 @@ class Rfc2136Publisher:
         ``settings.timeout``. Never raises for the server's or the network's failures."""
         try:
             key = self._key()
-            present = self._read(key)
-            found = decide(members, present, fleet=fleet, policy=self.settings.policy)
+            zone = self._read(key)
+            found = decide(members, _present(zone), fleet=fleet, policy=self.settings.policy)
             for conflict in found.conflicts:
                 log.warning("DNS name %s in zone %s", conflict, self.settings.zone)
             if found.changes:
-                self._write(key, found.changes, fleet=fleet)
+                self._write(key, found.changes, read=zone, fleet=fleet)
                 log.info(
                     "Published %d DNS change(s) to %s: %s.",
                     len(found.changes),
@@ -128,7 +128,8 @@ class Rfc2136Publisher:
         except (binascii.Error, ValueError, dns.exception.DNSException) as exc:
             raise KeyUnusable(f"TSIG key {tsig.name} unusable: {type(exc).__name__}") from None
 
-    def _read(self, key: dns.tsig.Key | None) -> list[Present]:
+    def _read(self, key: dns.tsig.Key | None) -> dns.zone.Zone:
+        """The zone as the server has it now (relative names)."""
         query = dns.message.make_query(self._zone, dns.rdatatype.AXFR)
         if key is not None:
             query.use_tsig(key)
@@ -149,27 +150,35 @@ class Rfc2136Publisher:
             raise Refused(
                 rcode, f"zone transfer of {self.settings.zone} refused: {rcode}"
             ) from None
-        return _present(zone)
+        return zone
 
-    def _write(self, key: dns.tsig.Key | None, changes: Sequence[Change], *, fleet: str) -> None:
+    def _write(
+        self,
+        key: dns.tsig.Key | None,
+        changes: Sequence[Change],
+        *,
+        read: dns.zone.Zone,
+        fleet: str,
+    ) -> None:
+        """Send ``changes`` in one UPDATE, each with the prerequisite that its name still
+        holds what ``read`` (the transfer) had."""
         update = dns.update.UpdateMessage(self._zone)
         if key is not None:
             update.use_tsig(key)
         ttl = int(self.settings.ttl)
-        txt = _txt(registry_text(fleet))
         for change in changes:
             name = dns.name.from_text(change.name, self._zone)
-            _prerequisites(update, name, change.before)
+            held = {t: read.get_rdataset(change.name, t) for t in _OURS}
+            _prerequisites(update, name, held if change.before is not None else None)
             if change.after is None:  # a delete: our records only, other TXT values stay
                 update.delete(name, dns.rdatatype.A)
                 update.delete(name, dns.rdatatype.AAAA)
-                before = change.before.txt if change.before is not None else ()
-                for text in before:
-                    if registry_owner([text]) == fleet:
-                        update.delete(name, _txt(text))
+                for rdata in held[dns.rdatatype.TXT] or ():
+                    if registry_owner([_text(rdata)]) == fleet:
+                        update.delete(name, rdata)
                 continue
             _set(update, name, ttl, change.after)
-            update.add(name, ttl, txt)
+            update.add(name, ttl, _txt(registry_text(fleet)))
         try:
             response = dns.query.tcp(
                 update, self._host, port=self._port, timeout=self.settings.timeout
@@ -204,31 +213,28 @@ def _present(zone: dns.zone.Zone) -> list[Present]:
             if field is None:
                 other.append(dns.rdatatype.to_text(rdataset.rdtype))
             elif field == "txt":
-                values[field] = tuple(sorted(b"".join(r.strings).decode() for r in rdataset))
+                values[field] = tuple(sorted(_text(r) for r in rdataset))
             else:
-                values[field] = tuple(sorted((r.to_text() for r in rdataset), key=_order))
+                values[field] = tuple(sorted(r.to_text() for r in rdataset))
         out.append(Present(name=name.to_text(), other=tuple(sorted(other)), **values))
     return sorted(out, key=lambda p: p.name)
 
 
 def _prerequisites(
-    update: dns.update.UpdateMessage, name: dns.name.Name, before: Present | None
+    update: dns.update.UpdateMessage,
+    name: dns.name.Name,
+    held: dict[dns.rdatatype.RdataType, dns.rdataset.Rdataset | None] | None,
 ) -> None:
-    """The server must still hold what was read: nothing at all for a new name; exactly
-    the A, AAAA and TXT values read for a name changed or deleted."""
-    if before is None:
+    """The server must still hold what was read: nothing at all for a new name (``held``
+    None); exactly the A, AAAA and TXT record sets read (or none of a type) otherwise."""
+    if held is None:
         update.absent(name)
         return
-    for rdtype, values in (
-        (dns.rdatatype.A, before.a),
-        (dns.rdatatype.AAAA, before.aaaa),
-    ):
-        if values:
-            update.present(name, dns.rdataset.from_text(dns.rdataclass.IN, rdtype, 0, *values))
+    for rdtype, rdataset in held.items():
+        if rdataset:
+            update.present(name, *rdataset)  # rdata, not the set: a prerequisite has TTL 0
         else:
             update.absent(name, rdtype)
-    texts = [_txt(t) for t in before.txt]
-    update.present(name, dns.rdataset.from_rdata_list(0, texts))
 
 
 def _set(update: dns.update.UpdateMessage, name: dns.name.Name, ttl: int, after: Endpoint) -> None:
@@ -237,6 +243,12 @@ def _set(update: dns.update.UpdateMessage, name: dns.name.Name, ttl: int, after:
             update.replace(name, dns.rdataset.from_text(dns.rdataclass.IN, rdtype, ttl, *values))
         else:
             update.delete(name, rdtype)
+
+
+def _text(rdata: dns.rdata.Rdata) -> str:
+    """A TXT record's strings as one text (not UTF-8: replaced, never an exception)."""
+    strings: tuple[bytes, ...] = getattr(rdata, "strings", ())
+    return b"".join(strings).decode(errors="replace")
 
 
 def _txt(text: str) -> dns.rdata.Rdata:
@@ -258,7 +270,3 @@ def _why(rcode: dns.rcode.Rcode) -> str:
     if rcode in (dns.rcode.NXRRSET, dns.rcode.YXDOMAIN, dns.rcode.YXRRSET, dns.rcode.NXDOMAIN):
         return " (a name changed since it was read: the next run reads again)"
     return ""
-
-
-def _order(address: str) -> tuple[int, str]:
-    return (len(address), address)
