@@ -5,14 +5,19 @@ tests/integration/test_dns_bind.py.)"""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
+from enginefakes import FakeImages, FakeProber
 
 from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.surface.metrics import Metrics
+from reconciler.cli.serve import build_engine
 from reconciler.core.status.conditions import dns_published
 from reconciler.model.report import DnsResult, Health, Member
-from reconciler.model.settings import DnsSettings, TsigSettings
+from reconciler.model.settings import DaemonSettings, DnsSettings, TsigSettings
 
 CANARY = "canary-s3cret-not-base64!!"
 FLEET = [Member("web-0", zone="a", address="192.0.2.10", health=Health.HEALTHY)]
@@ -45,3 +50,22 @@ def test_an_unusable_key_is_a_failed_publish_that_names_no_secret(
     assert (condition.status, condition.reason) == (False, "KeyUnusable")
     for text in (repr(outcome), condition.message, caplog.text, repr(publisher.settings)):
         assert CANARY not in text
+
+
+def test_the_daemon_publishes_only_with_a_dns_config(tmp_path: Path) -> None:
+    def build(dns: DnsSettings | None) -> object:
+        engine = build_engine(
+            DaemonSettings(state_dir=tmp_path, dns=dns),
+            Metrics(),
+            threading.Event(),
+            held=lambda: True,
+            host_factory=lambda host: FakeHypervisor(host.name),
+            images=FakeImages(),
+            prober=FakeProber(),
+        )
+        return engine.endpoints
+
+    assert build(None) is None
+    publisher = build(settings(tmp_path / "dns.secret"))
+    assert isinstance(publisher, Rfc2136Publisher)
+    assert publisher.settings.zone == "proxies.example.org."
