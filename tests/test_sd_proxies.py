@@ -9,30 +9,13 @@ from pathlib import Path
 
 from daemonutil import http, real_daemon, running, wait_until
 from reports import report
+from sdmembers import WEB0, WEB1
 
 from reconciler.core.endpoints.targets import http_sd
 from reconciler.engine.endpoints import sd_targets
-from reconciler.model.report import Health, Member, RunReport, RunResult
+from reconciler.model.report import Member, RunReport, RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
-WEB0 = Member(
-    "web-0",
-    zone="a",
-    proxy_set="web",
-    address="192.0.2.10",
-    health=Health.HEALTHY,
-    host="kvm01",
-    port=3128,
-)
-WEB1 = Member(
-    "web-1",
-    zone="b",
-    proxy_set="web",
-    address="2001:db8::11",
-    health=Health.UNHEALTHY,
-    host="kvm02",
-    port=8080,
-)
 BOOTING = Member("solo", zone="a", host="kvm01")
 
 

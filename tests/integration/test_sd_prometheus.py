@@ -20,32 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sdmembers
 from daemonutil import real_daemon, running, wait_until
 from reports import report
 
-from reconciler.model.report import Health, Member, RunReport
+from reconciler.model.report import Member, RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
 DAEMON_PORT = 19880
 PROMETHEUS_PORT = 19890
-WEB0 = Member(
-    "web-0",
-    zone="a",
-    proxy_set="web",
-    address="127.0.0.1",
-    health=Health.HEALTHY,
-    host="kvm01",
-    port=19881,
-)
-WEB1 = Member(
-    "web-1",
-    zone="b",
-    proxy_set="web",
-    address="127.0.0.1",
-    health=Health.UNHEALTHY,
-    host="kvm02",
-    port=19882,
-)
+# Loopback ports nothing listens on: scrapes fail at once, discovery is what is tested.
+WEB0 = replace(sdmembers.WEB0, address="127.0.0.1", port=19881)
+WEB1 = replace(sdmembers.WEB1, address="127.0.0.1", port=19882)
 
 CONFIG = f"""
 global:
