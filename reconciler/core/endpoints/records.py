@@ -74,10 +74,15 @@ def registry_owner(texts: Sequence[str]) -> str | None:
 
 
 def name_of(kind: Kind, key: str) -> str:
-    """The relative name of a proxy, a set or a zone."""
+    """The relative name of a proxy, a set or a zone. Proxy and set names are DNS labels
+    already; a zone id may hold ``_`` and ``.``, which become ``-`` (``eu_west.1`` is
+    ``eu-west-1.zone``: a host name may not hold ``_``, and servers refuse it)."""
     if kind is Kind.PROXY:
         return key
-    return f"{key}.{SET_LABEL if kind is Kind.SET else ZONE_LABEL}"
+    if kind is Kind.SET:
+        return f"{key}.{SET_LABEL}"
+    label = key.replace("_", "-").replace(".", "-")[:63].strip("-")
+    return f"{label}.{ZONE_LABEL}"
 
 
 def members(repo: Repo, proxies: Sequence[ProxyStatus]) -> tuple[Member, ...]:
