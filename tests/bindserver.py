@@ -43,6 +43,8 @@ def tsig_secret(name: str) -> str:
 class Bind:
     base: Path
     port: int
+    transfer: bool = True
+    """False: the zone refuses AXFR to everyone (an operator's forgotten allow-transfer)."""
     secret: str = ""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -97,7 +99,7 @@ zone "{ZONE.rstrip(".")}" {{
     type primary;
     file "{d}/db.zone";
     allow-update {{ key "{KEY}"; }};
-    allow-transfer {{ key "{KEY}"; }};
+    allow-transfer {{ {f'key "{KEY}";' if self.transfer else "none;"} }};
 }};
 """
 

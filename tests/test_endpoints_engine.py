@@ -84,7 +84,7 @@ def test_a_dns_server_that_refuses_is_a_false_condition_and_vms_are_still_reconc
 ) -> None:
     zone.failure = DnsOutcome(
         DnsResult.FAILED,
-        reason="UpdateRefused",
+        reason="ServerRefused",
         rcode="NOTAUTH (BADSIG)",
         error="update refused the key",
     )
@@ -94,7 +94,7 @@ def test_a_dns_server_that_refuses_is_a_false_condition_and_vms_are_still_reconc
     assert report.result is RunResult.SUCCESS
     assert [p.state for p in report.proxies] == ["running", "running"]
     assert dns_condition(report) == Condition(
-        "DnsPublished", False, "UpdateRefused", "rcode NOTAUTH (BADSIG): update refused the key"
+        "DnsPublished", False, "ServerRefused", "rcode NOTAUTH (BADSIG): update refused the key"
     )
     ready = next(c for c in report.conditions if c.type == "Ready")
     assert ready.status

@@ -123,7 +123,7 @@ class DnsOutcome:
     """Wanted names held by someone else (no TXT of this fleet), one sentence each: left alone."""
     reason: str = ""
     """Why it failed, as the DnsPublished condition's reason: ServerUnreachable,
-    UpdateRefused (the server said no: ``rcode``) or KeyUnusable (the box's key)."""
+    ServerRefused (the server said no: ``rcode``) or KeyUnusable (the box's key)."""
     rcode: str = ""
     """The server's answer when it refused (``NOTAUTH``, ``REFUSED``, ``NXRRSET``, ``BADSIG``)."""
     error: str = ""

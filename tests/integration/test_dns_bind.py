@@ -226,7 +226,7 @@ def test_the_daemons_engine_publishes_into_bind_and_its_secret_stays_out_of_log_
         [world.ip(published, "web-1"), world.ip(published, "web-2")]
     )
     condition = next(c for c in refused.conditions if c.type == "DnsPublished")
-    assert (condition.status, condition.reason) == (False, "UpdateRefused")
+    assert (condition.status, condition.reason) == (False, "ServerRefused")
     assert "NOTAUTH (BADSIG)" in condition.message
     assert refused.result is RunResult.SUCCESS
     canary = bind.secret_file.read_text().strip()
@@ -249,3 +249,23 @@ def test_deleting_a_name_removes_only_the_fleets_records_and_keeps_a_note_beside
     assert outcome.result is DnsResult.PUBLISHED
     assert bind.dig("web-0", "A") == []
     assert bind.dig("web-0", "TXT") == ['"owner: team-net" "ticket 42"']
+
+
+def test_a_zone_that_refuses_the_transfer_is_reported_with_the_rcode(tmp_path: Path) -> None:
+    server = Bind(tmp_path / "bind", PORT, transfer=False)
+    server.start()
+    try:
+        outcome = Rfc2136Publisher(server.settings()).publish(
+            FLEET, [healthy("web-0", "192.0.2.10")]
+        )
+        published = server.dig("web-0", "A")
+    finally:
+        server.stop()
+
+    assert (outcome.result, outcome.reason, outcome.rcode) == (
+        DnsResult.FAILED,
+        "ServerRefused",
+        "REFUSED",
+    )
+    assert "zone transfer" in outcome.error
+    assert published == []

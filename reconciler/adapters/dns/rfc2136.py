@@ -100,7 +100,7 @@ class Rfc2136Publisher:
                     ", ".join(f"{c.op.value} {c.name}" for c in found.changes),
                 )
         except Refused as exc:
-            return self._failed(str(exc), reason="UpdateRefused", rcode=exc.rcode)
+            return self._failed(str(exc), reason="ServerRefused", rcode=exc.rcode)
         except KeyUnusable as exc:
             return self._failed(str(exc), reason="KeyUnusable")
         except (OSError, EOFError, dns.exception.DNSException) as exc:
