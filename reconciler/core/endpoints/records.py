@@ -107,7 +107,7 @@ def members(repo: Repo, proxies: Sequence[ProxyStatus]) -> tuple[Member, ...]:
 
 
 def record_set(
-    fleet: Sequence[Member], *, published: Mapping[str, Sequence[str]]
+    proxies: Sequence[Member], *, published: Mapping[str, Sequence[str]]
 ) -> tuple[Endpoint, ...]:
     """Every wanted name, sorted, each with at least one address.
 
@@ -115,7 +115,7 @@ def record_set(
     (relative name -> addresses), what a proxy that is not healthy keeps.
     """
     wanted: dict[tuple[Kind, str], set[str]] = {}
-    for member in fleet:
+    for member in proxies:
         own = _own(member, published)
         if own:
             wanted[(Kind.PROXY, member.proxy)] = set(own)
