@@ -8,7 +8,14 @@ import pytest
 
 from reconciler.core.load.settings import load_settings, parse_settings
 from reconciler.errors import ConfigError
-from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings
+from reconciler.model.settings import (
+    DaemonSettings,
+    DnsPolicy,
+    DnsSettings,
+    ListenSettings,
+    RepoSettings,
+    TsigSettings,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -241,4 +248,46 @@ def test_the_libvirt_transport_is_read_and_defaults_to_openssh() -> None:
 def test_an_unknown_libvirt_transport_is_refused_with_its_line() -> None:
     assert errors("repo: {url: /srv/fleet}\nssh:\n  libvirtTransport: putty\n") == [
         "proxyfleet.yaml:3:21: ssh.libvirtTransport: must be one of paramiko, openssh (got 'putty')"
+    ]
+
+
+def test_dns_is_off_unless_configured() -> None:
+    assert parse("repo: {url: /srv/fleet}\n").dns is None
+
+
+def test_the_dns_group_is_read_with_its_key_file_relative_to_the_config() -> None:
+    settings = parse(
+        "repo: {url: /srv/fleet}\n"
+        "dns:\n"
+        "  server: 192.0.2.53:5353\n"
+        "  zone: proxies.example.org.\n"
+        "  tsig: {name: proxyfleet, secretFile: dns.secret}\n"
+        "  ttl: 2m\n"
+        "  policy: upsert-only\n"
+    )
+
+    assert settings.dns == DnsSettings(
+        server="192.0.2.53:5353",
+        zone="proxies.example.org.",
+        tsig=TsigSettings(name="proxyfleet", secret_file=Path("/etc/proxyfleet/dns.secret")),
+        ttl=120.0,
+        policy=DnsPolicy.UPSERT_ONLY,
+    )
+
+
+def test_a_relative_zone_a_server_without_port_and_a_key_without_secret_are_refused() -> None:
+    found = errors(
+        "repo: {url: /srv/fleet}\n"
+        "dns:\n"
+        "  server: ns1.example.org\n"
+        "  zone: proxies.example.org\n"
+        "  tsig: {name: proxyfleet}\n"
+    )
+
+    assert found == [
+        "proxyfleet.yaml:3:11: dns.server: must be host:port (an IPv6 address in brackets) "
+        "(got 'ns1.example.org')",
+        "proxyfleet.yaml:4:9: dns.zone: must be an absolute domain name, ending in a dot "
+        "(got 'proxies.example.org')",
+        "proxyfleet.yaml:5:3: dns.tsig.secretFile: required field is missing",
     ]

@@ -196,3 +196,11 @@ def test_a_proxy_named_like_a_member_is_an_error_naming_both_documents(tmp_path:
         "b.yaml:3:9: metadata.name: duplicate proxy name 'web-1': a proxy of ProxySet 'web' "
         "here, a Proxy at a.yaml:2:18"
     ]
+
+
+def test_a_proxyset_s_members_know_their_set_and_a_proxy_document_none(tmp_path: Path) -> None:
+    sets = set_form(tmp_path / "b")
+    proxies = load_repo(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
+
+    assert [p.proxy_set for p in sets.proxies] == ["web"] * 3
+    assert {p.proxy_set for p in proxies.proxies} == {""}

@@ -35,12 +35,14 @@ from reconciler.model.settings import (
     ConcurrencySettings,
     CoordinationSettings,
     DaemonSettings,
+    DnsSettings,
     ImageSettings,
     ListenSettings,
     LogSettings,
     RepoSettings,
     SshSettings,
     StatusSettings,
+    TsigSettings,
 )
 
 # (schema kind, JSON path of an object schema) -> the dataclass its properties fill.
@@ -62,6 +64,8 @@ OBJECTS: dict[tuple[str, tuple[str, ...]], type] = {
     (DAEMON, ("properties", "concurrency")): ConcurrencySettings,
     (DAEMON, ("properties", "images")): ImageSettings,
     (DAEMON, ("properties", "coordination")): CoordinationSettings,
+    (DAEMON, ("properties", "dns")): DnsSettings,
+    (DAEMON, ("properties", "dns", "properties", "tsig")): TsigSettings,
 }
 RENAMED = {
     "probeURL": "probe_url",

@@ -58,6 +58,7 @@ def build_engine(
 ) -> Engine:
     """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
     unless a factory is given, each fenced by ``held`` (the fleet lock)."""
+    from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
     from reconciler.adapters.hypervisor.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
@@ -86,6 +87,7 @@ def build_engine(
         guards=guard_settings(settings, settings.state_dir),
         read_limits=read_limits(settings),
         secrets=secrets,
+        endpoints=Rfc2136Publisher(settings.dns) if settings.dns is not None else None,
     )
 
 

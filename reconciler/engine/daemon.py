@@ -25,6 +25,7 @@ from pathlib import Path
 from reconciler.adapters.git.source import Checkout, Source
 from reconciler.core.status.conditions import run_failed, stalled
 from reconciler.engine.control import Finished, RunBoard
+from reconciler.engine.endpoints import sd_targets
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
@@ -168,7 +169,13 @@ class Daemon:
         self._lock = threading.Lock()
         self.http = (
             parts.surface(
-                endpoints(settings, self.metrics, health=self.health, triggers=self.triggers)
+                endpoints(
+                    settings,
+                    self.metrics,
+                    health=self.health,
+                    triggers=self.triggers,
+                    targets=lambda: sd_targets(self.reports),
+                )
             )
             if parts.surface is not None
             else None

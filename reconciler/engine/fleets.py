@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from reconciler.adapters.coordination.fleetring import FleetRing
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon
+from reconciler.engine.endpoints import sd_targets
 from reconciler.engine.parts import Exposition, Notifier, SurfaceFactory, endpoints, start_watchdog
 from reconciler.engine.triggers import TriggerQueue, install_signals
 from reconciler.errors import CoordinationError
@@ -70,7 +71,13 @@ class FleetsDaemon:
         self._handle_signals = handle_signals
         self._ring_trouble = ""
         self.http = surface(
-            endpoints(settings, metrics, health=self.health, triggers=self.triggers)
+            endpoints(
+                settings,
+                metrics,
+                health=self.health,
+                triggers=self.triggers,
+                targets=lambda: [t for d in self.daemons.values() for t in sd_targets(d.reports)],
+            )
         )
 
     # -- what the HTTP endpoint and the watchdog ask -------------------------

@@ -12,11 +12,12 @@ flag and the engine's progress come through ``Runtime``. ``endpoints``,
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from reconciler.adapters.git.statuswriter import StatusSink
 from reconciler.adapters.surface.httpapi import Endpoints
@@ -101,15 +102,17 @@ def endpoints(
     *,
     health: Callable[[], tuple[bool, str]],
     triggers: TriggerQueue,
+    targets: Callable[[], list[dict[str, Any]]] = list,
 ) -> Endpoints:
-    """The routes a daemon answers: /metrics, /healthz and the webhook, which fires
-    ``triggers``."""
+    """The routes a daemon answers: /metrics, /healthz, /sd/proxies (``targets``, as
+    JSON) and the webhook, which fires ``triggers``."""
     return Endpoints(
         metrics=metrics.exposition,
         metrics_content_type=metrics.content_type,
         health=health,
         hook=lambda: triggers.fire("webhook"),
         secret=lambda: webhook_secret(settings),
+        targets=lambda: json.dumps(targets(), indent=1).encode() + b"\n",
     )
 
 

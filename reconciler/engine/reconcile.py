@@ -35,6 +35,7 @@ from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.engine.bookkeeping import after_run, for_plan
 from reconciler.engine.check import Prober, check_proxies
+from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource
 from reconciler.engine.guards import DeleteWindow, check_identity, check_images, check_shrink
 from reconciler.engine.observe import Observation, observe, size_bases
@@ -86,8 +87,11 @@ class Engine:
         guards: GuardSettings | None = None,
         read_limits: ReadLimits | None = None,
         secrets: SecretAccess | None = None,
+        endpoints: EndpointPublisher | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
+        self.endpoints = endpoints
+        """Where the proxies' DNS names go after each run; None: nowhere."""
         self.history = history if history is not None else MemoryHistoryStore()
         self.images = images
         self.prober = prober
@@ -216,6 +220,7 @@ class Engine:
         finished = self.runtime.clock()
         halt = self._remember(prepared, outcomes, proxies, now=finished)
         report = build_report(prepared, outcomes, proxies, finished=finished, halt=halt)
+        report = publish(self.endpoints, prepared.repo, report)
         new = settling(
             prepared, outcomes, proxies, now=finished, window=self.settings.replace_timeout
         )

@@ -262,6 +262,9 @@ class Proxy:
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location(""), compare=False)
+    proxy_set: str = field(default="", compare=False)
+    """The ProxySet this proxy is a member of ("" for a Proxy document): the shared DNS name
+    it joins. Not compared: proxies rewritten as a set are the same proxies."""
 
     @property
     def restarted_at(self) -> str:

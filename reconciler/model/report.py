@@ -84,6 +84,53 @@ class HostStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """A proxy of the repo as its clients see it after a run: the VM that speaks for it and
+    its health. The DNS names and the Prometheus targets are made of these
+    (reconciler.core.endpoints)."""
+
+    proxy: str
+    zone: str = ""
+    proxy_set: str = ""
+    """The ProxySet it belongs to; "" for a Proxy document."""
+    address: str = ""
+    """The address its health check answered on (canonical text); "" when none is known."""
+    health: Health = Health.UNKNOWN
+    host: str = ""
+    port: int = 3128
+    """The port clients use (``spec.health.proxyPort``)."""
+
+
+class DnsResult(StrEnum):
+    PUBLISHED = "published"
+    """The server took this run's changes."""
+    UNCHANGED = "unchanged"
+    """The server already had every wanted record: nothing was sent."""
+    FAILED = "failed"
+    """The server was unreachable or refused the transfer or the update: nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DnsOutcome:
+    """What publishing the fleet's names did this run (reconciler.engine.endpoints)."""
+
+    result: DnsResult
+    records: int = 0
+    """Names the fleet owns on the server after the run."""
+    changes: int = 0
+    """Names this run created, changed or deleted."""
+    conflicts: tuple[str, ...] = ()
+    """Wanted names held by someone else (no TXT of this fleet), one sentence each: left alone."""
+    reason: str = ""
+    """Why it failed, as the DnsPublished condition's reason: ServerUnreachable,
+    ServerRefused (the server said no: ``rcode``) or KeyUnusable (the box's key)."""
+    rcode: str = ""
+    """The server's answer when it refused (``NOTAUTH``, ``REFUSED``, ``NXRRSET``, ``BADSIG``)."""
+    error: str = ""
+    """Why it failed, in one sentence (never the key's secret)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunReport:
     started: datetime
     finished: datetime
@@ -103,6 +150,13 @@ class RunReport:
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""
+    dns: DnsOutcome | None = None
+    """What publishing the proxies' names did; None: no ``dns`` configured (or not reached)."""
+    fleet: str = ""
+    """The fleet's id (``metadata.name``) once the repo loaded."""
+    members: tuple[Member, ...] = ()
+    """The repo's proxies as clients see them after the run (the DNS names and the
+    Prometheus targets are made of them); empty when nothing was observed."""
 
     @property
     def duration_seconds(self) -> float:

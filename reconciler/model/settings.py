@@ -7,6 +7,7 @@ status and log groups; the loader lives in reconciler.core.load.settings.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 
 
@@ -211,6 +212,43 @@ class CoordinationSettings:
         return min(max(self.ttl / 10, 0.2), 2.0)
 
 
+class DnsPolicy(StrEnum):
+    """What the publisher may do to the names it owns (external-dns's ``--policy``)."""
+
+    SYNC = "sync"
+    """Create, update and delete: a name the fleet owns and no longer wants goes."""
+    UPSERT_ONLY = "upsert-only"
+    """Create and update, never delete."""
+
+
+@dataclass(frozen=True, slots=True)
+class TsigSettings:
+    """The TSIG key the DNS server accepts updates signed with (``tsig-keygen`` prints one)."""
+
+    name: str
+    """The key's name, as the server's ``key "NAME" { ... }`` statement spells it."""
+    algorithm: str = "hmac-sha256"
+    secret_file: Path | None = None
+    """File holding the base64 secret (whitespace stripped), read at each run; never logged."""
+
+
+@dataclass(frozen=True, slots=True)
+class DnsSettings:
+    """``dns``: the names published for the fleet's proxies through RFC 2136 (UPDATE + TSIG)."""
+
+    server: str
+    """``host:port`` of the primary server that takes the updates (and the zone transfer)."""
+    zone: str
+    """The zone the names live in, absolute (``proxies.example.org.``)."""
+    tsig: TsigSettings | None = None
+    """None: unsigned updates (only for a server that allows them by address)."""
+    ttl: float = 60.0
+    """Seconds: the TTL of every record; a client follows a move at most this late."""
+    policy: DnsPolicy = DnsPolicy.SYNC
+    timeout: float = 10.0
+    """Seconds: the bound on the zone transfer and on the update, each."""
+
+
 @dataclass(frozen=True, slots=True)
 class FleetSettings:
     """One entry of ``fleets``: what differs between the fleets one daemon serves."""
@@ -251,6 +289,8 @@ class DaemonSettings:
     coordination: CoordinationSettings = CoordinationSettings()
     state_dir: Path = Path("/var/lib/proxyfleet")
     """Checkouts and the image cache; systemd's StateDirectory."""
+    dns: DnsSettings | None = None
+    """Where the proxies' names are published; None: nowhere (nothing is published)."""
     fleets: tuple[FleetSettings, ...] = ()
     """Several fleets (the ``fleets`` list) instead of ``repo``/``fleet``/``status``; empty:
     the single fleet those name."""

@@ -1,4 +1,4 @@
-"""The daemon's HTTP endpoint: GET /metrics, GET /healthz, POST /hook.
+"""The daemon's HTTP endpoint: GET /metrics, GET /healthz, GET /sd/proxies, POST /hook.
 
 Whoever can reach the listen address can send anything, as slowly as they
 like, from as many connections as they like. So the endpoint is built to stay
@@ -67,6 +67,8 @@ class Endpoints:
     health: Callable[[], tuple[bool, str]]
     hook: Callable[[], None]
     secret: Callable[[], bytes | None]
+    targets: Callable[[], bytes] = field(default=lambda: b"[]\n")
+    """GET /sd/proxies: the proxies as Prometheus ``http_sd_configs`` JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +152,7 @@ class HttpApi:
         self._thread.start()
         for worker in self._workers:
             worker.start()
-        log.info("Listening on %s:%d for /metrics, /healthz and /hook.", *self.address)
+        log.info("Listening on %s:%d for /metrics, /healthz, /sd/proxies and /hook.", *self.address)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -268,9 +270,11 @@ class HttpApi:
             ok, text = self._endpoints.health()
             status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
             return status, (text + "\n").encode(), "text/plain"
+        if request.method == "GET" and path == "/sd/proxies":
+            return HTTPStatus.OK, self._endpoints.targets(), "application/json"
         if request.method == "POST" and path == "/hook":
             return self._hook(request)
-        if path in ("/metrics", "/healthz", "/hook"):
+        if path in ("/metrics", "/healthz", "/sd/proxies", "/hook"):
             return HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", "text/plain"
         return HTTPStatus.NOT_FOUND, b"not found\n", "text/plain"
 

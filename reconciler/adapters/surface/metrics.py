@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from reconciler import __version__
 from reconciler.model.plan import ActionKind
-from reconciler.model.report import Health, RunReport, RunResult
+from reconciler.model.report import DnsOutcome, DnsResult, Health, RunReport, RunResult
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _RECONCILE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -157,6 +157,23 @@ class Metrics:
             ["fleet"],
             registry=r,
         )
+        self.dns_updates = Counter(
+            "proxyfleet_dns_updates",
+            "Runs that published the proxies' DNS names, by result (published: changes sent; "
+            "unchanged: nothing to send; failed: the server was unreachable or refused).",
+            ["result"],
+            registry=r,
+        )
+        self.dns_records = Gauge(
+            "proxyfleet_dns_records",
+            "Names the fleet owns on the DNS server after the last successful publish.",
+            registry=r,
+        )
+        self.dns_conflicts = Gauge(
+            "proxyfleet_dns_conflicts",
+            "Wanted names someone else holds (no TXT registry record of this fleet): left alone.",
+            registry=r,
+        )
         for condition in CONDITIONS:
             self.condition.labels(condition).set(0)
         for kind in ActionKind:
@@ -226,6 +243,8 @@ class Metrics:
             self.paused_io_error.clear()
             for ref in report.plan.paused:
                 self.paused_io_error.labels(ref.host).inc()
+        if report.dns is not None:
+            self._record_dns(report.dns)
         for outcome in report.outcomes:
             self.applied.labels(outcome.action.kind.value, outcome.result.value).inc()
         if report.result == RunResult.STALLED or report.plan is None:
@@ -255,6 +274,12 @@ class Metrics:
         self.blocked.clear()
         for name, n in sorted(blocked.items()):
             self.blocked.labels(name).set(n)
+
+    def _record_dns(self, dns: DnsOutcome) -> None:
+        self.dns_updates.labels(dns.result.value).inc()
+        if dns.result is not DnsResult.FAILED:
+            self.dns_records.set(dns.records)
+            self.dns_conflicts.set(len(dns.conflicts))
 
     def exposition(self) -> bytes:
         """The text format, as served on /metrics."""

@@ -243,6 +243,7 @@ def read_proxy(
             labels=tuple(sorted(metadata.get("labels", {}).items())),
             annotations=tuple(sorted(metadata.get("annotations", {}).items())),
             location=_location(document),
+            proxy_set=set_name or "",
         )
     return ProxyReading(
         document=document,

@@ -22,6 +22,8 @@ from reconciler.model.settings import (
     ConcurrencySettings,
     CoordinationSettings,
     DaemonSettings,
+    DnsPolicy,
+    DnsSettings,
     FleetSettings,
     ImageSettings,
     ListenSettings,
@@ -30,6 +32,7 @@ from reconciler.model.settings import (
     SecretSettings,
     SshSettings,
     StatusSettings,
+    TsigSettings,
     WebhookSettings,
 )
 
@@ -129,6 +132,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
             ttl=float(coordination.get("ttlSeconds", d.coordination.ttl)),
             member=str(coordination.get("member", d.coordination.member)),
         ),
+        dns=_dns(doc["dns"], base) if doc.get("dns") else None,
         state_dir=_path(doc.get("stateDir"), base) or d.state_dir,
         fleets=tuple(
             FleetSettings(
@@ -169,6 +173,26 @@ def _status(status: Mapping[str, Any]) -> StatusSettings:
         path=str(status.get("path", DEFAULTS.status.path)),
         history=int(status.get("history", DEFAULTS.status.history)),
         push_attempts=int(status.get("pushAttempts", DEFAULTS.status.push_attempts)),
+    )
+
+
+def _dns(dns: Mapping[str, Any], base: Path) -> DnsSettings:
+    """``dns``: the schema has checked its shape; what it leaves out takes DnsSettings' default."""
+    d = DnsSettings(server="", zone="")
+    tsig = dns.get("tsig")
+    return DnsSettings(
+        server=str(dns["server"]),
+        zone=str(dns["zone"]),
+        tsig=TsigSettings(
+            name=str(tsig["name"]),
+            algorithm=str(tsig.get("algorithm", "hmac-sha256")),
+            secret_file=_path(tsig.get("secretFile"), base),
+        )
+        if tsig
+        else None,
+        ttl=durations.seconds(dns.get("ttl", d.ttl)),
+        policy=DnsPolicy(dns.get("policy", d.policy.value)),
+        timeout=durations.seconds(dns.get("timeout", d.timeout)),
     )
 
 

@@ -4,7 +4,8 @@ Every RunReport carries the three conditions, in that order, as Kubernetes
 (and Flux) name them: ``after_plan`` for a run that got as far as a plan,
 ``stalled`` for one whose input was refused before anything was planned,
 ``run_failed`` for a cycle that crashed; ``day2`` adds RolloutHalted and
-ProbePathSuspect while they hold.
+ProbePathSuspect while they hold; ``dns_published`` says how publishing the
+proxies' names went, when ``dns`` is configured.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
     Condition,
+    DnsOutcome,
+    DnsResult,
     Health,
     HostStatus,
     ProxyStatus,
@@ -123,3 +126,17 @@ def day2(plan: Plan, halt: Halt | None) -> Conditions:
             )
         )
     return tuple(found)
+
+
+def dns_published(outcome: DnsOutcome) -> Condition:
+    """DnsPublished: True while the server holds every wanted name; False with the server's
+    rcode when it was unreachable or refused, or with the names someone else holds.
+    Its message stays the same from run to run while nothing changes (no status commit)."""
+    if outcome.result is DnsResult.FAILED:
+        reason = outcome.reason or "PublishFailed"
+        rcode = f"rcode {outcome.rcode}: " if outcome.rcode else ""
+        return Condition("DnsPublished", False, reason, rcode + outcome.error)
+    if outcome.conflicts:
+        names = "; ".join(outcome.conflicts)
+        return Condition("DnsPublished", False, "NameConflict", names)
+    return Condition("DnsPublished", True, "Published", f"{outcome.records} name(s) owned")
