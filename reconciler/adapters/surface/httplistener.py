@@ -74,6 +74,9 @@ class ListenerLimits:
     """Bytes of a POST body."""
     refused_log_interval: float = 60.0
     """Seconds between two log lines about refused hooks, or about failing accepts."""
+    send_buffer: int = 64 * 1024
+    """Bytes of an answer the kernel may hold for a client (``SO_SNDBUF``): what a client
+    that does not read leaves behind in the kernel; the rest stays here until the deadline."""
     metrics_max_age: float = 1.0
     """Seconds one rendering of /metrics answers further requests for."""
 
@@ -128,6 +131,8 @@ class Listener:
         self._polling = False
         self._conns: dict[int, Connection] = {}
         self._replies: deque[tuple[Connection, bytes]] = deque()
+        self._buffer = bytearray(65536)  # every read lands here: nothing is allocated per read
+        self._view = memoryview(self._buffer)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="http", daemon=True)
         self._backoff_until: float | None = None
@@ -214,16 +219,14 @@ class Listener:
     # -- accepting ----------------------------------------------------------
 
     def _accept(self) -> None:
-        for n in range(max(1, self._limits.max_connections // 4)):
+        for _ in range(max(1, self._limits.max_connections // 4)):
             if len(self._conns) >= self._limits.max_connections:
                 victim = self._victim()
                 if victim is None:  # every slot is being answered: wait for one to free
                     self._poll_listener(False)
                     self.paused += 1
                     return
-                if n:  # only the first accept of a round is known to have a client
-                    return
-                self._close(victim)
+                self._close(victim)  # if no client turns out to wait, it went a bit early
                 self.evicted += 1
             try:
                 sock, address = self._sock.accept()
@@ -234,6 +237,7 @@ class Listener:
                 return
             self._backoff = _BACKOFF_FIRST
             sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._limits.send_buffer)
             incoming = Incoming(
                 str(address[0]),
                 max_head_bytes=self._limits.max_head_bytes,
@@ -271,16 +275,16 @@ class Listener:
 
     def _read(self, conn: Connection) -> None:
         try:
-            chunk = conn.sock.recv(65536)
+            n = conn.sock.recv_into(self._buffer)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             self._close(conn)
             return
-        if not chunk:
+        if not n:
             self._close(conn)
             return
-        if not conn.incoming.feed(chunk):
+        if not conn.incoming.feed(self._view[:n]):
             return
         outcome = conn.incoming.outcome
         assert outcome is not None
@@ -299,6 +303,7 @@ class Listener:
             self._write(conn)
             if not conn.closed:
                 self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+                self._resume()  # a client that does not take its answer may give way
 
     def _write(self, conn: Connection) -> None:
         try:
@@ -340,5 +345,8 @@ class Listener:
             with contextlib.suppress(OSError):
                 conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _ABORT)
         conn.sock.close()
+        self._resume()  # a slot is free
+
+    def _resume(self) -> None:
         if self._backoff_until is None and not self._stopping.is_set():
-            self._poll_listener(True)  # a slot is free
+            self._poll_listener(True)

@@ -74,9 +74,9 @@ class Incoming:
         """Take the next piece; True once ``outcome`` is set (nothing more is read)."""
         self.bytes_seen += len(data)
         if self._head is None:
-            start = max(0, len(self._head_bytes) - 3)
+            before = len(self._head_bytes)
             self._head_bytes += data
-            end = self._head_bytes.find(b"\r\n\r\n", start)
+            end = self._head_bytes.find(b"\r\n\r\n", max(0, before - 3))
             if end < 0 or end > self._max_head:
                 if end >= 0 or len(self._head_bytes) > self._max_head:
                     return self._refuse(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
@@ -84,11 +84,10 @@ class Incoming:
             head = parse_head(bytes(self._head_bytes[:end]), max_body=self._max_body)
             if isinstance(head, HTTPStatus):
                 return self._refuse(head)
-            rest = bytes(self._head_bytes[end + 4 :])
             self._head_bytes = bytearray()
             self._head, self._left = head, head.length
             self._digest = self._digest_for(head)
-            data = rest
+            data = memoryview(data)[end + 4 - before :]  # what followed the head in this piece
         return self._body(self._head, data)
 
     def _body(self, head: Head, data: bytes | memoryview) -> bool:
