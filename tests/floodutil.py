@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -34,6 +35,24 @@ def never_reading(address: tuple[str, int], raw: bytes, *, timeout: float = 2.0)
 def descriptors(pid: int) -> int:
     """Open file descriptors of process ``pid`` now."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def tcp_descriptors(pid: int, port: int) -> int:
+    """Descriptors of process ``pid`` that are TCP sockets on local port ``port`` (its
+    listening socket and the connections accepted from it)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()  # a table read while it changes may list a socket twice
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                found.add(fields[9])
+    return len(found)
 
 
 def cpu_seconds(pid: int) -> float:
