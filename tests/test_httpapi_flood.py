@@ -228,7 +228,7 @@ def test_a_flooded_daemon_keeps_its_loop_healthz_and_hook(tmp_path: Path) -> Non
 def test_clients_that_never_read_hold_no_worker_count_against_the_bound_and_are_dropped(
     calls: Calls,
 ) -> None:
-    api = make_api(calls, metrics=b"#" * (4 << 20), workers=1, write_timeout=1.0)
+    api = make_api(calls, metrics=b"#" * (4 << 20), workers=1, write_timeout=3.0)
     api.start()
     stuck: list[socket.socket] = []
     try:
@@ -237,7 +237,7 @@ def test_clients_that_never_read_hold_no_worker_count_against_the_bound_and_are_
         health = exchange(api, HEALTHZ_REQUEST)  # the one worker is not held by the three
         assert status_of(health) == 200
         assert api.open_connections == 3
-        assert wait_until(lambda: api.open_connections == 0)  # the write deadline
+        assert wait_until(lambda: api.open_connections == 0, timeout=10)  # the write deadline
         assert api.dropped == 3
     finally:
         for sock in stuck:

@@ -30,7 +30,7 @@ from lockprocs import fleet_files, fleet_remote
 from reconciler.adapters.surface.httpapi import ListenerLimits
 
 FLOOD_SECONDS = 30.0
-INTERVAL = 20.0
+INTERVAL = 30.0
 CLIENTS = 4
 NOFILE = 1024
 PRLIMIT = ["prlimit", f"--nofile={NOFILE}", "--"]

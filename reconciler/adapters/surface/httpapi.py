@@ -41,26 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from reconciler.adapters.surface.httplistener import (
-    MAX_BODY,
-    Connection,
-    Listener,
-    ListenerLimits,
-)
+from reconciler.adapters.surface.httplistener import Connection, Listener, ListenerLimits
 from reconciler.adapters.surface.httprequest import Head, Request, response
 from reconciler.adapters.surface.ratelog import RateLimitedLog
 from reconciler.model.settings import ListenSettings
 
-__all__ = [
-    "MAX_BODY",
-    "SIGNATURE_HEADER",
-    "Endpoints",
-    "HttpApi",
-    "ListenerLimits",
-    "Request",
-    "sign",
-    "signature_valid",
-]
+__all__ = ["SIGNATURE_HEADER", "Endpoints", "HttpApi", "ListenerLimits", "sign", "signature_valid"]
 
 log = logging.getLogger(__name__)
 
