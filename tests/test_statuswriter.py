@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 from gitutil import Remote, git, make_remote
 from reports import report
 
-from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.git.statuswriter import LAST_STATUS, GitStatusWriter
 from reconciler.core.status import statusdoc
 from reconciler.model.report import Health
 from reconciler.model.settings import RepoSettings, StatusSettings
@@ -152,3 +153,31 @@ def test_a_commit_message_longer_than_one_argument_may_be_is_committed(
     assert len(published.message.encode()) > 128 * 1024  # a single argv string may not be longer
     body = git(remote.bare, "log", "-1", "--format=%B", BRANCH)
     assert f"- proxy {names[-1]} running on kvm-a, healthy" in body
+
+
+@pytest.mark.parametrize("kept", ["not json", '{"version": 1, "blob": "x", "doc": {"kind": 1}}'])
+def test_a_kept_status_that_does_not_parse_counts_as_none_and_is_written_again(
+    remote: Remote, tmp_path: Path, kept: str
+) -> None:
+    writer(remote, tmp_path / "w").publish(report(minute=0))
+    (tmp_path / "w" / LAST_STATUS).write_text(kept)
+
+    published = writer(remote, tmp_path / "w").publish(report(minute=5))
+
+    assert published.commit and not published.error
+    assert len(remote.branch_log(BRANCH)) == 2
+    assert statusdoc.well_formed(json.loads((tmp_path / "w" / LAST_STATUS).read_text())["doc"])
+
+
+def test_a_kept_status_that_is_a_link_is_not_followed(remote: Remote, tmp_path: Path) -> None:
+    writer(remote, tmp_path / "w").publish(report(minute=0))
+    target = tmp_path / "elsewhere.json"
+    kept = tmp_path / "w" / LAST_STATUS
+    target.write_text(kept.read_text())
+    kept.unlink()
+    kept.symlink_to(target)
+
+    published = writer(remote, tmp_path / "w").publish(report(minute=5))
+
+    assert published.commit  # the link was not read: nothing kept, so written again
+    assert not kept.is_symlink()  # replaced by a file of its own (rename over the link)
