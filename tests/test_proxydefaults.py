@@ -108,7 +108,7 @@ def test_a_problem_in_inherited_user_data_points_into_fleet_yaml(tmp_path: Path)
     (problem,) = caught.value.problems
     assert (problem.file, problem.line, problem.column) == ("fleet.yaml", 24, 19)
     assert problem.field == "spec.proxyDefaults.cloudInit.userData"
-    assert problem.message.startswith("unknown variable ${proxy.nmae}")
+    assert problem.message.startswith("unknown ${proxy.*} variable (did you mean")
 
 
 @pytest.mark.parametrize("kind", sorted(SCHEMA_FILES))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from reports import report
 from reconciler.adapters.git.statuswriter import GitStatusWriter, Published
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.core.status import statusdoc
-from reconciler.model.report import RunReport
+from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings, StatusSettings
 
 BRANCH = "proxyfleet-status"
@@ -176,3 +177,58 @@ def test_a_status_writer_that_raises_is_counted_and_the_daemon_goes_on(tmp_path:
         assert wait_until(lambda: len(daemon.reports) == 2)
     text = daemon.metrics.exposition().decode()
     assert 'proxyfleet_report_errors_total{stage="status"} 2.0' in text
+
+
+FAKE = """\
+apiVersion: proxyfleet/v1
+kind: FleetStatus
+updated: '2026-11-30T11:00:00Z'
+observedRevision: fake-revision-of-the-pusher
+lastAttemptedRevision: fake-revision-of-the-pusher
+lastAppliedRevision: fake-revision-of-the-pusher
+suspended: false
+conditions: []
+hosts: []
+proxies:
+- {name: web-1, zone: east, host: kvm-a, domain: pf-f-web-1-0123abcd, state: running,
+   ip: 10.0.0.5, health: healthy, detail: '', since: '2020-01-01T00:00:00Z'}
+- {name: fake-proxy-of-the-pusher, zone: east, host: kvm-a, domain: pf-f-fake-1, state: running,
+   ip: 10.9.9.9, health: healthy, detail: '', since: '2020-01-01T00:00:00Z'}
+blocked: []
+abandoned: []
+runs:
+- {started: '2026-11-30T11:00:00Z', result: Success, problems: [words-of-the-pusher]}
+"""
+PUSHED = ("fake-proxy-of-the-pusher", "fake-revision-of-the-pusher", "words-of-the-pusher", "2020-")
+
+
+def stalled(minute: int) -> RunReport:
+    """A run that observed nothing (the repo did not load): the last picture holds."""
+    return replace(
+        report(minute=minute, result=RunResult.STALLED, problems=("p.yaml:1:1: broken",)),
+        plan=None,
+        proxies=(),
+        hosts=(),
+    )
+
+
+@pytest.mark.parametrize("published_before", [True, False], ids=["after-a-status", "first"])
+def test_a_pushed_fake_proxy_entry_is_not_carried_into_the_daemons_next_commit(
+    remote: Remote, tmp_path: Path, published_before: bool
+) -> None:
+    w = writer(remote, tmp_path / "state" / "status")
+    if published_before:
+        assert w.publish(report(minute=0)).commit
+    assert statusdoc.parse_yaml(FAKE) is not None  # well-formed: only its origin is wrong
+    push_status_branch(remote, {".proxyfleet/status.yaml": FAKE})
+
+    published = w.publish(stalled(minute=5))
+
+    assert published.commit and not published.error
+    text = remote.show(BRANCH, ".proxyfleet/status.yaml")
+    text += remote.show(BRANCH, ".proxyfleet/STATUS.md") + published.message
+    for pushed in PUSHED:
+        assert pushed not in text
+    doc = statusdoc.parse_yaml(remote.show(BRANCH, ".proxyfleet/status.yaml"))
+    assert doc is not None
+    assert [p["name"] for p in doc["proxies"]] == (["web-1"] if published_before else [])

@@ -12,6 +12,11 @@ When a replace has two VMs of the proxy side by side, the running one created
 last is attached (``--domain`` picks another). ``--force`` takes the console
 over from another session (virsh's ``--force``).
 
+The guest's output is shown as text: terminal control sequences (colours,
+cursor moves, window titles, clipboard writes) and other control characters
+are dropped, since the guest is not trusted and this terminal may be root's.
+``--raw`` passes them through, for full-screen programs on a guest you trust.
+
 Exit codes: 0 detached (Ctrl-], end of input, or the console closed by the host),
 1 the repo or config is unusable, the proxy has no VM, its host cannot be
 reached or the console is refused.
@@ -42,6 +47,7 @@ from reconciler.cli.common import (
     ssh_settings,
 )
 from reconciler.cli.inventory import configure_logging
+from reconciler.cli.terminalfilter import TerminalFilter
 from reconciler.engine.observe import observe
 from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, HostError
@@ -70,6 +76,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--domain", metavar="DOMAIN", help="attach to this domain of the proxy")
     parser.add_argument(
         "--force", action="store_true", help="take the console over from another session"
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="pass the guest's escape sequences to this terminal (only for a guest you trust)",
     )
     parser.set_defaults(func=run)
 
@@ -102,7 +113,7 @@ def run(args: argparse.Namespace, *, opener: Opener | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        ended = session(console, stdin=sys.stdin.fileno(), stdout=sys.stdout.fileno())
+        ended = session(console, stdin=sys.stdin.fileno(), stdout=sys.stdout.fileno(), raw=args.raw)
         print(f"\r\nDisconnected from {domain} ({ended}).", file=sys.stderr)
         return EXIT_OK
     finally:
@@ -147,18 +158,27 @@ def open_libvirt(hypervisor: Hypervisor, domain: str, force: bool) -> ConsoleStr
     return open_console(hypervisor.session, domain, force=force)
 
 
-def session(console: ConsoleStream, *, stdin: int, stdout: int, escape: bytes = ESCAPE) -> str:
+def session(
+    console: ConsoleStream,
+    *,
+    stdin: int,
+    stdout: int,
+    escape: bytes = ESCAPE,
+    raw: bool = False,
+) -> str:
     """Copy ``stdin`` to the console and the console to ``stdout`` until one side ends.
 
-    ``stdin`` is put in raw mode while attached when it is a terminal. Returns why the
-    session ended: "escape" (Ctrl-]), "end of input" or "closed by the host".
+    ``stdin`` is put in raw mode while attached when it is a terminal. What the guest
+    prints goes through a TerminalFilter unless ``raw``. Returns why the session ended:
+    "escape" (Ctrl-]), "end of input" or "closed by the host".
     """
     finished = threading.Event()
+    shown = TerminalFilter()
 
     def to_terminal() -> None:
         try:
             while data := console.read():
-                _write_all(stdout, data)
+                _write_all(stdout, data if raw else shown.feed(data))
         except OSError:
             pass  # the terminal went away; the session ends below
         finally:

@@ -16,14 +16,13 @@ empty (logged), never as an error that stops a run.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from reconciler.adapters.state import jsonfile
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.plan import DomainRef
 
@@ -69,35 +68,26 @@ class FileHistoryStore:
 
     def load(self) -> History:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
+            document = jsonfile.read(self.path, max_bytes=MAX_BYTES)
+        except jsonfile.TooLarge:
+            log.warning("History %s is larger than %d bytes; ignored.", self.path, MAX_BYTES)
             return History()
         except OSError as exc:
             log.warning("History %s not read (%s); starting without it.", self.path, exc)
             return History()
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            log.warning("History %s is larger than %d bytes; ignored.", self.path, MAX_BYTES)
+        except ValueError as exc:
+            log.warning("History %s does not parse (%s); starting without it.", self.path, exc)
+            return History()
+        if document is None:
             return History()
         try:
-            return decode(json.loads(raw))
+            return decode(document)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("History %s does not parse (%s); starting without it.", self.path, exc)
             return History()
 
     def save(self, history: History) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        data = json.dumps(encode(history), indent=1, sort_keys=True).encode()
-        fd = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, self.path)
+        jsonfile.write(self.path, encode(history))
 
 
 def encode(history: History) -> dict[str, Any]:

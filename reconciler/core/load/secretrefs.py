@@ -115,9 +115,10 @@ class SecretResolver:
 
     def _load(self, name: str) -> SecretValue | str | None:
         if not NAME_PATTERN.match(name):
+            # the name is never quoted: it is the userData's text, which may be anything
             return (
-                f"invalid secret name {name!r} in ${{secret:...}}: lower case letters, digits "
-                "and _.- only, starting with a letter or digit, at most 63 characters"
+                "invalid secret name in ${secret:...}: lower case letters, digits and _.- "
+                "only, starting with a letter or digit, at most 63 characters"
             )
         rel = secret_file(name)
         where = f"secret {name!r} ({rel})"

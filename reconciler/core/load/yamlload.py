@@ -17,7 +17,7 @@ nesting depth (``MAX_DEPTH``; ruamel's composer recurses and would end in a
 RecursionError) and the number of values a document expands to once aliases
 are followed (``MAX_VALUES``; a few hundred bytes of nested aliases otherwise
 expand to gigabytes). Past either, the document is dropped with a problem.
-Problems never quote a scalar's value: it may be a secret.
+Problems never quote a scalar's value (it may be a secret) nor an alias's name.
 """
 
 from __future__ import annotations
@@ -174,6 +174,9 @@ def _mark(node: Node) -> Mark:
 def _marked_problem(exc: MarkedYAMLError, file: str) -> Problem:
     problem = exc.problem or "syntax error"
     mark = exc.problem_mark or exc.context_mark
+    if problem.startswith("found undefined alias"):
+        # ruamel quotes the alias's name: text of the user's, userData's when checking one
+        problem = "found an alias (*name) with no anchor (&name) of that name before it"
     if "'\\t'" in problem:
         message = "invalid YAML: tab character; YAML indentation must use spaces"
     elif exc.context and "quoted scalar" in exc.context and "end of stream" in problem:

@@ -7,7 +7,10 @@ file at all (a test holds that with an audit hook).
 
 ``user-data`` is the manifest's string encoded as UTF-8 with the values of its
 ``${secret:NAME}`` references in place, nothing more: never parsed, merged or
-re-rendered. The seed is the one place a secret's value is written: it lands,
+re-rendered. Those references are exactly the ones the userData as written
+holds: a ``${proxy.*}`` value that would make or change one is refused at load
+(reconciler.core.load.variables), so no label can spell a reference here.
+The seed is the one place a secret's value is written: it lands,
 in clear, in the seed volume on the hypervisor (docs/security.md). What goes
 into ``vendor-data`` is decided in reconciler.core.render.guestagent.
 

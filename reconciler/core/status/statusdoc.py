@@ -223,8 +223,11 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def commit_message(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
-    lines = changes(old, new) or ["status refreshed"]
+def commit_message(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], *, extra: Sequence[str] = ()
+) -> str:
+    """Subject and body: what changed from ``old`` to ``new``, then the ``extra`` lines."""
+    lines = [*changes(old, new), *extra] or ["status refreshed"]
     revision = str(new.get("observedRevision", ""))[:12] or "no revision"
     subject = f"Status of {revision}: {lines[0]}"
     if len(lines) > 1:
