@@ -191,8 +191,8 @@ def _read(
 
 
 _TOO_DENSE = (
-    "the manifests hold more than {limit} YAML values in total (about 100 µs each to "
-    "read); this file and the ones after it were not read"
+    "the manifests hold more than {limit} YAML values in total (the bound of one load); "
+    "this file and the ones after it were not read"
 )
 _TOO_MANY = (
     "the repo's proxies would exceed the limit of {limit} (ProxySet members counted); "
