@@ -64,7 +64,8 @@ def build(case: Path, repo: Path, outside: Path) -> Path:
 
 def _filled(size: int, fill: str) -> str:
     """``fill`` (``\\n`` a line break, ``{n}`` its repetition's number) repeated within ``size``."""
-    parts, total = [], 0
+    parts: list[str] = []
+    total = 0
     for n in range(size):
         part = fill.replace("\\n", "\n").replace("{n}", str(n))
         if total + len(part) > size:
