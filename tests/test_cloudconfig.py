@@ -11,6 +11,7 @@ import pytest
 
 from reconciler.core.load import cloudconfig
 from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.yamlload import ValueBudget
 from reconciler.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,9 +170,9 @@ def test_each_distinct_cloud_config_is_checked_once_however_often_it_is_loaded(
     calls: list[str] = []
     real = cloudconfig._check_text
 
-    def counting(text: str) -> Iterator[tuple[int, str]]:
+    def counting(text: str, budget: ValueBudget | None = None) -> Iterator[tuple[int, str]]:
         calls.append(text)
-        return real(text)
+        return real(text, budget)
 
     monkeypatch.setattr(cloudconfig, "_check_text", counting)
     monkeypatch.setattr(cloudconfig, "_CACHE", {})

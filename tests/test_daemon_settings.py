@@ -165,7 +165,7 @@ def test_the_manifest_read_limits_come_from_the_repo_group() -> None:
     settings = parse("repo:\n  url: /srv/fleet\n  maxFileBytes: 4096\n  maxRepoBytes: 65536\n")
     assert (settings.repo.max_file_bytes, settings.repo.max_repo_bytes) == (4096, 65536)
     defaults = parse("repo:\n  url: /srv/fleet\n").repo
-    assert (defaults.max_file_bytes, defaults.max_repo_bytes) == (1 << 20, 64 << 20)
+    assert (defaults.max_file_bytes, defaults.max_repo_bytes) == (1 << 20, 8 << 20)
 
 
 def test_the_coordination_service_and_its_ttl_are_read_and_default_to_the_file_lock() -> None:

@@ -8,7 +8,10 @@ daemon's state dir, and without contacting a host.
 
 from __future__ import annotations
 
+import resource
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -50,11 +53,45 @@ def build(case: Path, repo: Path, outside: Path) -> Path:
         link.unlink(missing_ok=True)
         link.symlink_to({"CANARY": str(canary), "CANARY_DIR": str(outside)}.get(target, target))
     for line in _lines(case / "sizes.txt"):
-        name, size = line.split()
+        name, size, *fill = line.split(maxsplit=2)
         path = repo / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#" + "x" * (int(size) - 2) + "\n")
+        path.write_text(_filled(int(size), fill[0]) if fill else "#" + "x" * (int(size) - 2) + "\n")
+    for name in _lines(case / "absent.txt"):
+        (repo / name.strip()).unlink()
     return canary
+
+
+def _filled(size: int, fill: str) -> str:
+    """``fill`` (``\\n`` a line break, ``{n}`` its repetition's number) repeated within ``size``."""
+    parts: list[str] = []
+    total = 0
+    for n in range(size):
+        part = fill.replace("\\n", "\n").replace("{n}", str(n))
+        if total + len(part) > size:
+            return "".join(parts)
+        parts.append(part)
+        total += len(part)
+    return "".join(parts)
+
+
+def limited_validate(repo: Path, case: Path) -> tuple[int, str, str]:
+    """``proxyfleet validate`` in a child under the case's limits.txt (``memory MB``: its
+    address space, RLIMIT_AS): exit code, stdout, stderr."""
+    memory = dict(line.split() for line in _lines(case / "limits.txt"))["memory"]
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (int(memory) << 20, int(memory) << 20))
+
+    script = "import sys; from reconciler.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "validate", str(repo)],
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
 
 
 def _lines(path: Path) -> list[str]:
@@ -81,14 +118,17 @@ def test_validate_refuses_the_hostile_repo_naming_the_file(
 ) -> None:
     expected = (case / "expected.txt").read_text().splitlines()
     build(case, tmp_path / "repo", tmp_path / "outside")
-    code = main(["validate", str(tmp_path / "repo")])
-    captured = capsys.readouterr()
-    assert captured.err.splitlines() == expected
+    if (case / "limits.txt").exists():
+        code, out, err = limited_validate(tmp_path / "repo", case)
+    else:
+        code = main(["validate", str(tmp_path / "repo")])
+        out, err = capsys.readouterr()
+    assert err.splitlines() == expected
     # Only the box can refuse some repos (its allow-lists, its pinned fleet id): daemon.txt.
     assert code == (1 if expected else 0)
     assert expected or (case / "daemon.txt").exists()
     for leak in LEAKS:
-        assert leak not in captured.err + captured.out
+        assert leak not in err + out
 
 
 @pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])

@@ -92,8 +92,9 @@ class RepoSettings:
     """Seconds a clone or fetch may take before it is killed and reported."""
     max_file_bytes: int = 1024 * 1024
     """Bytes: the largest manifest file read (1 MiB); a larger one is a problem naming it."""
-    max_repo_bytes: int = 64 * 1024 * 1024
-    """Bytes: all manifest files of a revision together (64 MiB)."""
+    max_repo_bytes: int = 8 * 1024 * 1024
+    """Bytes: all manifest files of a revision together (8 MiB: about 5 s of YAML to read;
+    docs/security.md, "Worst load")."""
     allow_non_fast_forward: bool = False
     """Accept a head that does not descend from the revision checked out (a force-push or a
     rollback); False: such a head is refused (Stalled) and nothing acts on it."""

@@ -33,6 +33,7 @@ import pytest
 from gitutil import Remote, make_remote
 from hostservices import Sshd, SshKeys, free_port
 
+from benchmarks import load_worst
 from lab import config, systemdroot
 from lab.systemdbox import SystemdBox
 from reconciler.model import Host
@@ -408,3 +409,45 @@ def test_the_watchdog_restarts_the_daemon_when_a_cycle_hangs_on_a_silent_git_ser
         installed.systemctl("stop", "proxyfleet")
     assert installed.show("Result")["Result"] == "success"
     say(request, "; ".join(f"{label} {value:.1f} s" for label, value in seconds))
+
+
+def test_the_worst_repo_the_limits_allow_stalls_the_daemon_under_the_units_memory_max(
+    installed: Installed, host: Host, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """benchmarks/load_worst.py's "all at once" repo (every load bound nearly reached),
+    pushed to the daemon's remote: one cycle refuses it, the unit is not restarted, and
+    the cgroup's peak memory is printed (docs/security.md, "Worst load")."""
+    fleet = FLEET.format(
+        name=host.name, port=0, zone=host.zone, pool=host.pool, network=host.network.name
+    )
+    (tmp_path / "fleet.yaml").write_text(fleet)
+    load_worst.all_at_once(tmp_path)
+    files = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    installed.remote.commit(files, "The worst repo the load's limits allow")
+    installed.configure(daemon_config(installed, repo_url=installed.repo_url))
+    before = installed.log().count("Reconcile finished")
+    restarts = installed.show("NRestarts")["NRestarts"]
+    started = time.monotonic()
+    installed.systemctl("start", "proxyfleet")
+    installed.wait("the cycle", lambda: installed.log().count("Reconcile finished") > before)
+    cycle = time.monotonic() - started
+    assert installed.show("ActiveState", "NRestarts") == {
+        "ActiveState": "active",
+        "NRestarts": restarts,
+    }
+    assert 'proxyfleet_reconcile_runs_total{result="stalled"} 1.0' in installed.metrics()
+    peak = memory_peak(installed)
+    installed.systemctl("stop", "proxyfleet")
+    say(request, f"worst repo: start to first cycle {cycle:.1f} s; cgroup peak {peak >> 20} MiB")
+
+
+def memory_peak(installed: Installed) -> int:
+    """Bytes: the unit's cgroup's peak memory (v2 ``memory.peak``, v1 max_usage)."""
+    for path in (
+        "/sys/fs/cgroup/system.slice/proxyfleet.service/memory.peak",
+        "/sys/fs/cgroup/memory/system.slice/proxyfleet.service/memory.max_usage_in_bytes",
+    ):
+        found = installed.box.run("cat", path, check=False)
+        if found.returncode == 0:
+            return int(found.stdout.strip())
+    raise AssertionError("the unit's cgroup shows no peak memory")

@@ -15,6 +15,11 @@ a secret's value. On top of the schema, whose top level accepts any key, a key
 that no cloud-init module or base setting knows is reported with the nearest
 known one, since that is the typo that costs an evening.
 
+One load checks at most ``ExpandLimits.max_cloud_config_bytes`` of distinct
+texts, and their YAML values count against the load's value budget
+(reconciler.core.load.expansion): a ProxySet of 1,000 with ``${proxy.name}`` in
+a 1 MiB file would otherwise be 1,000 distinct texts, half a CPU-second each.
+
 Problems point at the manifest line (userData's block line + the line inside
 it, reconciler.core.load.userdata) and field ``spec.cloudInit.userData``, and never
 quote a value: cloud-config holds passwords and keys.
@@ -26,16 +31,23 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Final
 
 from jsonschema import Draft4Validator, ValidationError
 
 from reconciler.core.load import userdata
+from reconciler.core.load.expansion import Budget, size
 from reconciler.core.load.reading import ProxyReading
 from reconciler.core.load.schemacheck import suggest
-from reconciler.core.load.yamlload import FieldPath, format_path, load_documents
+from reconciler.core.load.yamlload import (
+    FieldPath,
+    OverBudget,
+    ValueBudget,
+    format_path,
+    load_documents,
+)
 from reconciler.errors import Problem
 from reconciler.model.secrets import references
 
@@ -77,6 +89,53 @@ def _validator() -> Draft4Validator:
     return Draft4Validator(_schema())
 
 
+_PLAIN_MODULE = frozenset({"type", "properties", "additionalProperties", "description"})
+
+
+@cache
+def _modules_of_keys() -> dict[str, tuple[int, ...]] | None:
+    """For each top-level key, the ``allOf`` entries (module schemas) that name it.
+
+    The schema is an ``allOf`` of module schemas, each only ``type: object`` and
+    ``properties``: one whose properties a config does not use accepts it as is.
+    So a config is checked against the modules naming its keys alone, with the very
+    same errors, in a fraction of the time (about 5 ms a text for all 56). None
+    when a module says more than that: then every text is checked against all.
+    """
+    schema = _schema()
+    owners: dict[str, list[int]] = {}
+    for index, entry in enumerate(schema.get("allOf", [])):
+        ref = entry.get("$ref", "") if isinstance(entry, dict) else ""
+        module = schema["$defs"].get(ref.removeprefix("#/$defs/"), {})
+        if len(entry) != 1 or not ref.startswith("#/$defs/") or set(module) - _PLAIN_MODULE:
+            return None
+        if (
+            module.get("type", "object") != "object"
+            or module.get("additionalProperties", True) is not True
+        ):
+            return None
+        for key in module.get("properties", {}):
+            owners.setdefault(key, []).append(index)
+    return {key: tuple(found) for key, found in owners.items()}
+
+
+@lru_cache(maxsize=256)
+def _validator_for(modules: tuple[int, ...]) -> Draft4Validator:
+    schema = _schema()
+    entries = schema["allOf"]
+    return Draft4Validator({**schema, "allOf": [entries[i] for i in modules]})
+
+
+def _schema_errors(config: dict[str, Any]) -> Iterator[ValidationError]:
+    """cloud-init's schema errors of a (mapping) config: see ``_modules_of_keys``."""
+    owners = _modules_of_keys()
+    if owners is None:
+        yield from _validator().iter_errors(config)
+        return
+    modules = sorted({i for key in config for i in owners.get(str(key), ())})
+    yield from _validator_for(tuple(modules)).iter_errors(config)
+
+
 @cache
 def known_keys() -> frozenset[str]:
     """Every top-level key a module schema or cloud-init's base settings know."""
@@ -102,18 +161,33 @@ def is_cloud_config(text: str) -> bool:
     return text.startswith(HEADER) and text[len(HEADER) : len(HEADER) + 1] in ("", "\n", "\r", " ")
 
 
-def check(proxy: ProxyReading, lines: Mapping[str, Sequence[str]]) -> list[Problem]:
+def check(
+    proxy: ProxyReading, lines: Mapping[str, Sequence[str]], *, budget: Budget | None = None
+) -> list[Problem]:
     """Problems of the proxy's userData as a cloud-config ([] when it is not one);
-    ``lines``: every file's lines by path (the manifest's, or the userData file's)."""
+    ``lines``: every file's lines by path (the manifest's, or the userData file's);
+    ``budget``: the load's, charged with the text (once) and its YAML values."""
     text, source = proxy.user_data, proxy.source
     if text is None or source is None or not is_cloud_config(text):
         return []
+    if budget is not None and budget.exhausted:
+        return []  # said once, at the text or manifest where it ran out
+    checked = _placeholders(text)
+    if budget is not None:
+        key = _key(checked)
+        limit = budget.limits.max_cloud_config_bytes
+        if not budget.take_cloud_config(key, len(checked.encode("utf-8"))):
+            return [userdata.field_problem(source, _TOO_MUCH.format(limit=size(limit)))]
+    result = findings(checked, budget.values if budget is not None else None)
+    if result is None:
+        limit = budget.limits.max_values if budget is not None else 0
+        return [userdata.field_problem(source, _TOO_DENSE.format(limit=limit))]
 
     def where(line: int) -> int:
         return userdata.problem(source, lines, line, "").line
 
     found = set()
-    for line, message in findings(_placeholders(text)):
+    for line, message in result:
         # "(first at line 4)": a line of the cloud-config, said as the file's line.
         message = _LINE.sub(lambda m: f"line {where(int(m[1]))}", message)
         found.add(userdata.problem(source, lines, line, message))
@@ -138,28 +212,53 @@ def _placeholders(text: str) -> str:
 Finding = tuple[int, str]
 """A problem as (line of the cloud-config, 1-based; message)."""
 
-_CACHE: dict[bytes, tuple[Finding, ...]] = {}
+_TOO_MUCH = (
+    "the distinct cloud-configs of this load exceed the limit of {limit} in total (each "
+    "ProxySet member whose userData uses ${{proxy.name}} is its own text); not checked"
+)
+_TOO_DENSE = (
+    "the manifests and cloud-configs of this load hold more than {limit} YAML values in "
+    "total; this cloud-config was not checked"
+)
+
+_CACHE: dict[bytes, tuple[tuple[Finding, ...], int]] = {}
 _CACHE_SIZE = 4096
+"""Texts remembered; above ``ExpandLimits.max_proxies``, so one load never evicts its own."""
 
 
-def findings(text: str) -> tuple[Finding, ...]:
+def _key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def findings(text: str, budget: ValueBudget | None = None) -> tuple[Finding, ...] | None:
     """The problems of one cloud-config text, remembered by the text's sha256.
 
     Parsing and checking one takes 20-30 ms (pure-Python YAML, an 86 KB schema);
     the daemon loads the same userData every cycle, so each distinct text is
     checked once per process. The text here carries placeholders, never values.
+    Its YAML values are charged to ``budget`` (from the cache too, so a load's
+    verdict does not depend on what an earlier load saw); None once it ran out.
     """
-    key = hashlib.sha256(text.encode("utf-8")).digest()
+    key = _key(text)
     cached = _CACHE.get(key)
     if cached is None:
+        counted = ValueBudget(budget.limit - budget.used if budget is not None else 1 << 62)
+        try:
+            cached = (tuple(_check_text(text, counted)), counted.used)
+        except OverBudget:
+            if budget is not None:
+                budget.charge(counted.used)
+            return None
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.clear()
-        cached = _CACHE[key] = tuple(_check_text(text))
-    return cached
+        _CACHE[key] = cached
+    if budget is not None and not budget.charge(cached[1]):
+        return None
+    return cached[0]
 
 
-def _check_text(text: str) -> Iterator[Finding]:
-    parsed, yaml_problems = load_documents(text, "user-data", version=(1, 1))
+def _check_text(text: str, budget: ValueBudget | None = None) -> Iterator[Finding]:
+    parsed, yaml_problems = load_documents(text, "user-data", version=(1, 1), budget=budget)
     for problem in yaml_problems:
         message = problem.message.removeprefix("invalid YAML: ")
         yield problem.line, f"cloud-config is not valid YAML: {message}"
@@ -179,7 +278,7 @@ def _check_text(text: str) -> Iterator[Finding]:
                 "would ignore it"
             )
             yield config.key_mark((key,)).line, message
-    for found in _validator().iter_errors(config.data):
+    for found in _schema_errors(config.data):
         error = _closest(found)
         path: FieldPath = tuple(error.absolute_path)
         where = format_path(path) or "(top level)"

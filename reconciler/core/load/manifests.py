@@ -16,6 +16,13 @@ cloud-config against cloud-init's schema (reconciler.core.load.cloudconfig) and
 for its ``${secret:NAME}`` references, resolved when ``secrets`` allows
 (reconciler.core.load.secretrefs).
 
+What a repo expands to is bounded as well as what it reads (ReadLimits): a
+document with schema problems expands to nothing (a ProxySet's template is still
+read once, to be checked), and proxies, YAML values, substituted userData and
+cloud-config texts share one budget per load (reconciler.core.load.expansion).
+A root without ``fleet.yaml`` is refused before anything is walked: it is not a
+fleet repo, and whatever else lies there (a home directory) is not read.
+
 It never stops at the first problem. Either the whole repo is valid and a
 ``Repo`` comes back, or ``InvalidInput`` carries every problem found, sorted by
 file and line: nothing may act on a half-valid fleet.
@@ -23,6 +30,7 @@ file and line: nothing may act on a half-valid fleet.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,17 +38,26 @@ from typing import Any
 from reconciler.core.load import (
     cloudconfig,
     crossref,
+    expansion,
     proxydefaults,
     proxyset,
     repofiles,
+    userdata,
     userdatafile,
 )
+from reconciler.core.load.expansion import Budget, ExpandLimits
 from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet, read_proxy
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
 from reconciler.core.load.schemacheck import SCHEMA_FILES, check, did_you_mean
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
 from reconciler.core.load.userdatafile import UserDataFiles
-from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
+from reconciler.core.load.yamlload import (
+    Document,
+    FieldPath,
+    OverBudget,
+    format_path,
+    load_documents,
+)
 from reconciler.errors import InvalidInput, Problem
 from reconciler.model.fleet import Repo
 from reconciler.model.secrets import SecretValue
@@ -49,10 +66,12 @@ FLEET_FILE = crossref.FLEET_FILE
 """The one file, at the repo root, that holds the ``kind: Fleet`` document."""
 
 DEFAULT_LIMITS = ReadLimits()
+DEFAULT_EXPAND = ExpandLimits()
 
 __all__ = [
     "FLEET_FILE",
     "MANIFEST_SUFFIXES",
+    "ExpandLimits",
     "ReadLimits",
     "SecretAccess",
     "load_repo",
@@ -61,16 +80,24 @@ __all__ = [
 
 
 def load_repo(
-    root: Path, *, limits: ReadLimits = DEFAULT_LIMITS, secrets: SecretAccess = CHECK_ONLY
+    root: Path,
+    *,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    secrets: SecretAccess = CHECK_ONLY,
+    expand: ExpandLimits = DEFAULT_EXPAND,
 ) -> Repo:
     """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem.
 
-    Files are read as ``repofiles`` says (regular files only, within ``limits``).
-    ``secrets`` says how far secret references are followed: by default their
-    files must exist; with a decryptor they are decrypted into the proxies.
+    Files are read as ``repofiles`` says (regular files only, within ``limits``);
+    what they expand to is bounded by ``expand``. ``secrets`` says how far secret
+    references are followed: by default their files must exist; with a decryptor
+    they are decrypted into the proxies.
     """
     if not root.is_dir():
         raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
+    if not os.path.lexists(root / FLEET_FILE):
+        raise InvalidInput([Problem(FLEET_FILE, 0, 0, "", _missing_fleet(root))])
+    budget = Budget(expand)
     problems: list[Problem] = []
     fleets: list[FleetReading] = []
     proxies: list[ProxyReading] = []
@@ -78,23 +105,29 @@ def load_repo(
     broken_files: set[str] = set()
     reader = Reader(root, limits)
     lines: dict[str, Sequence[str]] = {}
-    for entry in repofiles.walk(root):
+    # fleet.yaml first: what the budget leaves unread is never the Fleet.
+    for entry in sorted(repofiles.walk(root), key=lambda e: e.rel != FLEET_FILE):
         if entry.problem:
             problems.append(Problem(entry.rel, 0, 0, "", entry.problem))
             broken_files.add(entry.rel)
             continue
-        documents, found, text = _read(reader, entry.rel)
+        documents, found, text = _read(reader, entry.rel, budget)
         lines[entry.rel] = text.splitlines()
         if found:
             broken_files.add(entry.rel)
         problems.extend(found)
         for document in documents:
             problems.extend(_classify(document, fleets, pending))
+        if budget.values.spent:
+            break  # _read said so, at the file that crossed it; the rest would say it again
     fleet = _pick_fleet(root, fleets, broken_files, problems)
     # Proxies are read once fleet.yaml is, wherever they sit: its defaults merge into them.
     defaults = _defaults(fleet)
     for document, kind in pending:
-        problems.extend(_read_proxies(document, kind, defaults, proxies))
+        found_here = _read_proxies(document, kind, defaults, proxies, budget=budget)
+        problems.extend(found_here)
+        if budget.proxies_refused:
+            break  # one problem says so; the documents after it are not built
     files = UserDataFiles(reader)
     resolver = SecretResolver(root, reader, secrets)
     resolved: dict[int, tuple[SecretValue, ...]] = {}
@@ -102,9 +135,14 @@ def load_repo(
         proxy, found_here = userdatafile.resolve(
             reading, fleet.document if fleet else None, files, lines
         )
+        too_much = _hold_user_data(proxy, budget)
+        if too_much is not None:
+            problems.append(too_much)
+            del proxies[index:]  # their userData is not held, not checked
+            break
         proxies[index] = proxy
         problems.extend(found_here)
-        problems.extend(cloudconfig.check(proxy, lines))
+        problems.extend(cloudconfig.check(proxy, lines, budget=budget))
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
@@ -131,7 +169,9 @@ def _order(problem: Problem) -> tuple[str, int, int, str, str]:
     return (problem.file, problem.line, problem.column, problem.field, problem.message)
 
 
-def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem, ...], str]:
+def _read(
+    reader: Reader, rel: str, budget: Budget
+) -> tuple[tuple[Document, ...], tuple[Problem, ...], str]:
     """The documents of ``rel``, its problems, and its text (for userData's line numbers)."""
     raw = reader.read(rel)
     if isinstance(raw, Problem):
@@ -142,8 +182,26 @@ def _read(reader: Reader, rel: str) -> tuple[tuple[Document, ...], tuple[Problem
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         return (), (Problem(rel, line, column, "", f"not UTF-8 text ({exc.reason})"),), ""
-    documents, problems = load_documents(text, rel)
+    try:
+        documents, problems = load_documents(text, rel, budget=budget.values)
+    except OverBudget as exc:
+        message = _TOO_DENSE.format(limit=budget.limits.max_values)
+        return (), (Problem(rel, exc.line, exc.column, "", message),), text
     return documents, problems, text
+
+
+_TOO_DENSE = (
+    "the manifests hold more than {limit} YAML values in total (the bound of one load); "
+    "this file and the ones after it were not read"
+)
+_TOO_MANY = (
+    "the repo's proxies would exceed the limit of {limit} (ProxySet members counted); "
+    "this document's and the ones after it were not built"
+)
+_TOO_MUCH_USER_DATA = (
+    "the proxies' userData, variables substituted, exceeds the limit of {limit} in total "
+    "(each ProxySet member holds its own copy); the proxies from here on were not checked"
+)
 
 
 def _classify(
@@ -194,11 +252,19 @@ def _own(problems: list[Problem], inherited: frozenset[FieldPath]) -> list[Probl
 
 
 def _read_proxies(
-    document: Document, kind: str, defaults: dict[str, Any], proxies: list[ProxyReading]
+    document: Document,
+    kind: str,
+    defaults: dict[str, Any],
+    proxies: list[ProxyReading],
+    *,
+    budget: Budget,
 ) -> list[Problem]:
     """Schema problems of a Proxy or ProxySet document, the defaults merged in; its
-    proxies are read into ``proxies`` (a ProxySet's: one reading per replica)."""
+    proxies are read into ``proxies`` (a valid ProxySet's: one reading per replica,
+    counted against ``budget`` before any is built)."""
     if kind == "Proxy":
+        if not budget.take_proxies(1):
+            return [_too_many(document, (), budget)]
         merged, inherited = proxydefaults.apply(document, defaults)
         found = check(merged, kind)
         proxies.append(read_proxy(merged, valid=not found, inherited=inherited))
@@ -207,18 +273,36 @@ def _read_proxies(
     # The set's name is checked by its own schema (with room for -<ordinal>).
     found = [p for p in check(merged, "Proxy") if p.field != proxyset.NAME_FIELD]
     found.extend(check(document, kind))
-    valid = not found
     metadata = document.data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
+    # A set with problems (replicas: 1000000000 among them) expands to nothing: its
+    # template alone is read, to be checked, as replicas: 0's is.
+    count = 0 if found else proxyset.replicas(document)
     if isinstance(name, str):
-        count = proxyset.replicas(document)
-        # replicas: 0 still has its template checked, as a reading that asks for nothing
+        if not budget.take_proxies(max(count, 1)):
+            return [_too_many(document, ("spec", "replicas"), budget)]
         for member in proxyset.members(merged, name, max(count, 1)):
             reading = read_proxy(
-                member, valid=valid, inherited=inherited, set_name=name, template_only=count == 0
+                member, valid=not found, inherited=inherited, set_name=name, template_only=not count
             )
             proxies.append(reading)
     return sorted(set(_own(found, inherited)), key=_order)
+
+
+def _hold_user_data(proxy: ProxyReading, budget: Budget) -> Problem | None:
+    """None when the proxy's substituted userData fits the budget; else the problem."""
+    if proxy.user_data is None or proxy.source is None:
+        return None
+    if budget.take_user_data(len(proxy.user_data.encode("utf-8"))):
+        return None
+    limit = expansion.size(budget.limits.max_user_data_bytes)
+    return userdata.field_problem(proxy.source, _TOO_MUCH_USER_DATA.format(limit=limit))
+
+
+def _too_many(document: Document, path: FieldPath, budget: Budget) -> Problem:
+    mark = document.value_mark(path)
+    message = _TOO_MANY.format(limit=budget.limits.max_proxies)
+    return Problem(document.file, mark.line, mark.column, format_path(path), message)
 
 
 def _pick_fleet(
@@ -240,11 +324,14 @@ def _pick_fleet(
             message = f"a Fleet belongs in {FLEET_FILE} at the repo root"
         problems.append(Problem(item.document.file, mark.line, mark.column, "kind", message))
     if first is None and FLEET_FILE not in broken_files:
-        if (root / FLEET_FILE).is_file():
-            message = "has no kind: Fleet document"
-        elif (root / "fleet.yml").is_file():
-            message = "missing: the Fleet must be in fleet.yaml (found fleet.yml; rename it)"
-        else:
-            message = "missing: the repo root needs a fleet.yaml with kind: Fleet"
+        message = (
+            "has no kind: Fleet document" if (root / FLEET_FILE).is_file() else _missing_fleet(root)
+        )
         problems.append(Problem(FLEET_FILE, 0, 0, "", message))
     return first
+
+
+def _missing_fleet(root: Path) -> str:
+    if (root / "fleet.yml").is_file():
+        return "missing: the Fleet must be in fleet.yaml (found fleet.yml; rename it)"
+    return "missing: the repo root needs a fleet.yaml with kind: Fleet; nothing else was read"

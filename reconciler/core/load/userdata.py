@@ -74,6 +74,12 @@ def problem(
     return Problem(document.file, mark.line, mark.column, format_path(source.path), message)
 
 
+def field_problem(source: UserDataSource, message: str) -> Problem:
+    """A problem about the userData as a whole, at the manifest field that wrote it."""
+    mark = source.document.value_mark(source.path)
+    return Problem(source.document.file, mark.line, mark.column, format_path(source.path), message)
+
+
 def line_at(text: str, offset: int) -> int:
     """The 1-based line of character ``offset`` in ``text``."""
     return text.count("\n", 0, offset) + 1

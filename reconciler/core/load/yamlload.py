@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.composer import MaxDepthExceededError
+from ruamel.yaml.composer import Composer, MaxDepthExceededError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
@@ -47,6 +47,37 @@ MAX_VALUES = 200_000
 holds at most about that many)."""
 _MAX_PATH = 4 * MAX_DEPTH
 """Depth a document may reach through aliases (each alias may add ``MAX_DEPTH``)."""
+
+
+class ValueBudget:
+    """YAML values (nodes, aliases not followed) that several texts may compose together.
+
+    Composing costs about 100 µs per value in pure Python, so one load of the fleet
+    repo shares one budget over every manifest and every cloud-config it parses:
+    past it, composing stops at the value that crossed it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @property
+    def spent(self) -> bool:
+        return self.used > self.limit
+
+    def charge(self, values: int) -> bool:
+        """Count ``values`` more (a text composed earlier); False once past the limit."""
+        self.used += values
+        return not self.spent
+
+
+class OverBudget(Exception):
+    """Composing stopped: the ``ValueBudget`` ran out at ``line``/``column`` (1-based)."""
+
+    def __init__(self, line: int, column: int) -> None:
+        self.line = line
+        self.column = column
+        super().__init__(f"value budget spent at {line}:{column}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +135,7 @@ def load_documents(
     max_depth: int = MAX_DEPTH,
     max_values: int = MAX_VALUES,
     version: tuple[int, int] | None = None,
+    budget: ValueBudget | None = None,
 ) -> tuple[tuple[Document, ...], tuple[Problem, ...]]:
     """Every document of ``text`` (a file's content) and every problem found.
 
@@ -114,9 +146,14 @@ def load_documents(
 
     ``version`` (1, 1) reads the text as YAML 1.1 does (``yes``/``on`` are
     booleans), the way cloud-init's PyYAML reads a cloud-config.
+
+    With a ``budget``, every value composed is charged to it; past its limit
+    ``OverBudget`` is raised (the caller says which text crossed it).
     """
     yaml = YAML(typ="rt", pure=True)
     yaml.max_depth = max_depth
+    if budget is not None:
+        yaml.Composer = _counting(budget)
     if version is not None:
         yaml.version = version
     documents: list[Document] = []
@@ -161,6 +198,19 @@ def load_documents(
     except YAMLError as exc:
         problems.append(Problem(file, 0, 0, "", f"invalid YAML: {exc}"))
     return tuple(documents), tuple(problems)
+
+
+def _counting(budget: ValueBudget) -> type[Composer]:
+    """A composer that charges each value it composes to ``budget``."""
+
+    class CountingComposer(Composer):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if not budget.charge(1):
+                mark = self.parser.peek_event().start_mark
+                raise OverBudget(mark.line + 1, mark.column + 1)
+            return super().compose_node(parent, index)
+
+    return CountingComposer
 
 
 def _is_empty(node: Node) -> bool:
