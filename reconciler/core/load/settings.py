@@ -123,6 +123,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
         delete_window=float(doc.get("deleteWindowSeconds", d.delete_window)),
+        max_deletes_per_run=int(doc.get("maxDeletesPerRun", d.max_deletes_per_run)),
         hung_after=float(doc.get("hungAfterSeconds", d.hung_after)),
         coordination=CoordinationSettings(
             url=str(coordination.get("url", d.coordination.url)),
