@@ -21,6 +21,7 @@ from reconciler.adapters.git import credentials
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.settings import parse_settings
 from reconciler.core.render.seediso import seed_iso
 from reconciler.errors import ConfigError, SourceError
 from reconciler.model import Owner
@@ -133,7 +134,19 @@ def test_ssh_and_credential_free_urls_are_left_as_written() -> None:
         assert credentials.environment(url) == {}
 
 
-def test_a_credential_with_a_line_break_is_refused_without_showing_it() -> None:
-    with pytest.raises(ConfigError) as caught:
-        credentials.split("https://user:Hunter2%0Apassword=x@git.example.org/fleet.git")
-    assert "Hunter2" not in str(caught.value)
+def test_a_credential_with_a_line_break_is_refused_at_its_line_without_showing_it(
+    tmp_path: Path,
+) -> None:
+    url = "https://user:Hunter2%0Apassword=x@git.example.org/fleet.git"
+    config = f"listen: 127.0.0.1:0\nrepo:\n  url: {url}\n"
+
+    with pytest.raises(ConfigError) as loaded:
+        parse_settings(config, name="proxyfleet.yaml", base=tmp_path)
+    with pytest.raises(ConfigError) as split:
+        credentials.split(url)
+
+    assert str(loaded.value) == (
+        "proxyfleet.yaml:3:8: repo.url: the URL's credential holds a line break or NUL; "
+        "git cannot be given it"
+    )
+    assert "Hunter2" not in str(split.value)
