@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from pathlib import Path
 
+from daemonutil import real_daemon, running, wait_until
 from enginefakes import FakeImages, FakeProber, FleetRepo
 
+from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.cli.common import guard_settings
+from reconciler.core.load.settings import parse_settings
+from reconciler.engine.daemon import source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import ActionKind
 from reconciler.model.report import RunResult
@@ -201,3 +208,81 @@ def test_the_engine_reads_the_repo_within_the_limits_it_was_given(tmp_path: Path
         "proxies.yaml:0:0: larger than the limit of 300 bytes",
     )
     assert world.made == []
+
+
+BOX_CAP = (
+    "deletes beyond the box's limit maxDeletesPerRun (1, daemon config) within 3600 s; "
+    "the fleet repo's policy cannot raise it"
+)
+
+
+def test_an_acknowledged_shrink_is_still_bounded_by_the_box_cap(tmp_path: Path) -> None:
+    world = FleetRepo(tmp_path)
+    world.write(("kvm01", "kvm02"), ("web-1", "web-2", "web-3", "web-4"))
+    guarded(world, max_deletes=1)
+    world.cycle()
+    world.forget_calls()
+    world.write(("kvm01", "kvm02"), ("web-1",))
+    fleet = (tmp_path / "fleet.yaml").read_text()
+    (tmp_path / "fleet.yaml").write_text(  # the commit raises its own limit and acknowledges
+        fleet.replace("prune: true", "prune: true\n    acknowledgeShrinkTo: 1").replace(
+            "maxDeletesPerRun: 5", "maxDeletesPerRun: 1000"
+        )
+    )
+
+    report = world.cycle("rev2")
+
+    assert report.result is not RunResult.STALLED
+    assert [m for _, m, _ in world.mutating_calls()] == ["delete"]
+    blocked = report.plan.of_kind(ActionKind.BLOCKED)  # type: ignore[union-attr]
+    assert [a.reason for a in blocked] == [BOX_CAP, BOX_CAP]
+
+
+def test_the_repo_policy_still_holds_below_the_box_cap(tmp_path: Path) -> None:
+    world = FleetRepo(tmp_path)
+    world.write(("kvm01", "kvm02"), ("web-1", "web-2", "web-3", "web-4"))
+    guarded(world, max_deletes=3)
+    world.cycle()
+    world.forget_calls()
+    world.write(("kvm01", "kvm02"), ("web-1",))
+    with_max_deletes(world, 1)
+
+    report = world.cycle("rev2")
+
+    assert [m for _, m, _ in world.mutating_calls()] == ["delete"]
+    blocked = report.plan.of_kind(ActionKind.BLOCKED)  # type: ignore[union-attr]
+    assert {a.reason for a in blocked} == {"beyond maxDeletesPerRun (1)"}
+
+
+def test_the_daemon_config_cap_bounds_a_commit_that_raises_its_own_limit(tmp_path: Path) -> None:
+    repo, state = tmp_path / "repo", tmp_path / "state"
+    repo.mkdir()
+    world = FleetRepo(repo)
+    world.write(("kvm01", "kvm02"), ("web-1", "web-2", "web-3", "web-4"))
+    world.cycle()
+    world.forget_calls()
+    world.write(("kvm01", "kvm02"), ("web-1",))
+    fleet = (repo / "fleet.yaml").read_text()
+    (repo / "fleet.yaml").write_text(
+        fleet.replace("prune: true", "prune: true\n    acknowledgeShrinkTo: 1").replace(
+            "maxDeletesPerRun: 5", "maxDeletesPerRun: 1000"
+        )
+    )
+    config = "repo: {url: file:///nowhere}\nlisten: 127.0.0.1:0\nmaxDeletesPerRun: 1\n"
+    settings = parse_settings(config, name="proxyfleet.yaml", base=tmp_path)
+    settings = dataclasses.replace(settings, interval=3600, state_dir=state)
+    guards = guard_settings(settings, state)  # what `proxyfleet run` and `apply` build
+    assert guards.max_deletes == 1
+    engine = guarded(world, **dataclasses.asdict(guards))
+    cycle = source_cycle(
+        FakeSource(repo), lambda root, rev: engine.reconcile_once(root, revision=rev)
+    )
+    daemon = real_daemon(settings, cycle, handle_signals=False, stop=threading.Event())
+
+    with running(daemon):
+        assert wait_until(lambda: len(daemon.reports) == 1, timeout=30)
+
+    report = daemon.reports[0]
+    assert [m for _, m, _ in world.mutating_calls()] == ["delete"]
+    blocked = report.plan.of_kind(ActionKind.BLOCKED)  # type: ignore[union-attr]
+    assert [a.reason for a in blocked] == [BOX_CAP, BOX_CAP]

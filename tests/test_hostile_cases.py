@@ -8,6 +8,7 @@ daemon's state dir, and without contacting a host.
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -52,6 +53,10 @@ def build(case: Path, repo: Path, outside: Path) -> Path:
         link.parent.mkdir(parents=True, exist_ok=True)
         link.unlink(missing_ok=True)
         link.symlink_to({"CANARY": str(canary), "CANARY_DIR": str(outside)}.get(target, target))
+    for line in _lines(case / "fifos.txt"):  # git carries no FIFO: only validate sees one
+        fifo = repo / line.strip()
+        fifo.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(fifo)
     for line in _lines(case / "sizes.txt"):
         name, size, *fill = line.split(maxsplit=2)
         path = repo / name

@@ -52,7 +52,7 @@ def test_a_fifo_named_like_a_manifest_is_refused_without_blocking(tmp_path: Path
     copy_base(tmp_path)
     os.mkfifo(tmp_path / "pipe.yaml")
     assert problems(tmp_path) == [
-        "pipe.yaml:0:0: is not a regular file; manifests must be regular files"
+        "pipe.yaml:0:0: is a FIFO (named pipe); manifests must be regular files"
     ]
 
 
@@ -73,3 +73,39 @@ def test_links_outside_manifests_are_left_alone(tmp_path: Path) -> None:
     (tmp_path / "README").symlink_to("/etc/hostname")
     (tmp_path / ".hidden").symlink_to("/etc")
     assert load_repo(tmp_path).fleet.name == "hostile"
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_directory_or_fifo_where_a_file_is_expected_is_refused_and_leaks_no_descriptor(
+    tmp_path: Path,
+) -> None:
+    copy_base(tmp_path)
+    (tmp_path / "proxies" / "web-1.yaml").write_text(
+        (BASE / "proxies" / "web-1.yaml").read_text().split("    userData:")[0]
+        + "    userDataFile: cloud-init/squid.cloud-config\n"
+    )
+    (tmp_path / "cloud-init" / "squid.cloud-config").mkdir(parents=True)
+    (tmp_path / "secrets" / "pw.age").mkdir(parents=True)
+    os.mkfifo(tmp_path / "secrets" / "fifo.age")
+    reader = Reader(tmp_path, DEFAULT)
+    before = open_fds()
+
+    for _ in range(50):  # one leaked descriptor a load was one a daemon cycle
+        found = problems(tmp_path)
+        directory = reader.read("secrets/pw.age")
+        fifo = reader.read("secrets/fifo.age")
+
+    assert open_fds() == before
+    assert found == [
+        "proxies/web-1.yaml:8:19: spec.cloudInit.userDataFile: 'cloud-init/squid.cloud-config' "
+        "is a directory; userData files must be regular files"
+    ]
+    assert directory == Problem(
+        "secrets/pw.age", 0, 0, "", "is a directory; manifests must be regular files"
+    )
+    assert fifo == Problem(
+        "secrets/fifo.age", 0, 0, "", "is a FIFO (named pipe); manifests must be regular files"
+    )

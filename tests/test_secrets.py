@@ -348,6 +348,7 @@ def test_an_identity_file_with_a_foreign_line_is_refused_without_quoting_it(
 ) -> None:
     path = tmp_path / "bad.txt"
     path.write_text("# created: today\nAGE-SECRET-KEY-1NOTAKEY-hunter2\n")
+    path.chmod(0o600)
     with pytest.raises(ConfigError) as exc:
         load_identity(path)
     assert str(exc.value) == (
@@ -369,6 +370,7 @@ def test_an_identity_file_may_hold_several_identities_and_any_of_them_decrypts(
     recipient = make_identity(second)
     both = tmp_path / "both.txt"
     both.write_text(identity[0].read_text() + second.read_text())
+    both.chmod(0o600)
     root = repo_with(tmp_path, "web-1")
     write_secret(root, "squid-password", "to-the-second", recipient)
 
@@ -377,6 +379,41 @@ def test_an_identity_file_may_hold_several_identities_and_any_of_them_decrypts(
     assert isinstance(loaded, AgeIdentity) and len(loaded.identities) == 2
     repo = load_repo(root, secrets=SecretAccess(loaded, need_values=True))
     assert repo.proxies[0].cloud_init.secrets[0].value == "to-the-second"
+
+
+def test_an_identity_file_group_or_others_can_read_is_refused_as_the_ssh_key_is(
+    identity: tuple[Path, str],
+) -> None:
+    path = identity[0]
+    path.chmod(0o640)
+
+    with pytest.raises(ConfigError) as exc:
+        load_identity(path)
+
+    assert str(exc.value) == (
+        f"{path}: the age identity file is accessible by group or others (mode 0640); chmod 600 it"
+    )
+    path.chmod(0o600)
+    assert len(load_identity(path).identities) == 1
+
+
+def test_a_fifo_or_a_directory_as_the_identity_file_is_refused_by_name_at_once(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo, 0o600)  # no writer ever opens it: a blocking open would hang for ever
+    folder = tmp_path / "folder.txt"
+    folder.mkdir(mode=0o700)
+    before = len(os.listdir("/proc/self/fd"))
+
+    with pytest.raises(ConfigError) as as_fifo:
+        load_identity(fifo)
+    with pytest.raises(ConfigError) as as_folder:
+        load_identity(folder)
+
+    assert str(as_fifo.value) == f"{fifo}: the age identity file is a FIFO (named pipe)"
+    assert str(as_folder.value) == f"{folder}: the age identity file is a directory"
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_the_daemon_config_names_the_identity_file(tmp_path: Path) -> None:

@@ -98,14 +98,13 @@ def test_a_linked_folder_on_the_way_to_the_file_is_refused(tmp_path: Path) -> No
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "squid.cloud-config").write_text(SHARED)
-    root = repo_with(
-        tmp_path / "repo", SHARED, proxy("p1", user_data_file=".up/squid.cloud-config")
-    )
-    os.symlink("../outside", root / ".up")  # a dot-directory: the manifest walk skips it
+    root = repo_with(tmp_path / "repo", SHARED, proxy("p1", user_data_file="up/squid.cloud-config"))
+    os.symlink("../outside", root / "up")
 
     assert problems(root) == [
-        "p.yaml:7:29: spec.cloudInit.userDataFile: '.up/squid.cloud-config' is a symbolic link; "
-        "userData files must be regular files (links are not followed)"
+        "p.yaml:7:29: spec.cloudInit.userDataFile: 'up/squid.cloud-config' is a symbolic link; "
+        "userData files must be regular files (links are not followed)",
+        "up:0:0: is a symbolic link to a directory; links are not followed in the fleet repo",
     ]
 
 

@@ -212,6 +212,7 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
         fleet=settings.fleet,
         delete_window=settings.delete_window,
         state_file=state / "deletes.json",
+        max_deletes=settings.max_deletes_per_run,
         allowed_file_dirs=settings.images.allow_file_dirs,
     )
 

@@ -21,6 +21,9 @@ observed VMs) and stop the cycle before the plan is carried out.
   not only per run. Deletes (and replaces, whose second half is a delete) are
   recorded in the state dir, so a crash loop, whose every startup is a run,
   cannot multiply them; the excess becomes BLOCKED actions.
+- **The box's cap**: the daemon config's ``maxDeletesPerRun`` bounds the window
+  too, below whatever the repo's policy says: a commit that raises its own
+  limit, or acknowledges a shrink, still deletes at most the box's number.
 """
 
 from __future__ import annotations
@@ -137,10 +140,18 @@ class DeleteWindow:
     must not hand out a fresh budget. Delete it by hand to reset the window.
     """
 
-    def __init__(self, path: Path | None, window: float, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        window: float,
+        clock: Callable[[], datetime],
+        *,
+        cap: int | None = None,
+    ) -> None:
         self._path = path
         self._window = timedelta(seconds=window)
         self._clock = clock
+        self._cap = cap
 
     def recent(self) -> list[datetime] | None:
         """Times of the deletes within the window; None when the record is unreadable."""
@@ -162,16 +173,21 @@ class DeleteWindow:
         return [t for t in times if t > since]
 
     def limit(self, plan: Plan, max_deletes: int) -> Plan:
-        """``plan`` with the deletes past the window's budget turned into BLOCKED actions."""
+        """``plan`` with the deletes past the window's budget turned into BLOCKED actions.
+
+        ``max_deletes`` is the repo's policy; the box's cap, when lower, is the budget."""
         recent = self.recent()
-        budget = 0 if recent is None else max(0, max_deletes - len(recent))
+        cap = self._cap if self._cap is not None else max_deletes
+        limit, box = min(cap, max_deletes), cap < max_deletes
+        budget = 0 if recent is None else max(0, limit - len(recent))
         actions: list[Action] = []
         for action in plan.actions:
             if action.kind in DELETING:
                 if budget > 0:
                     budget -= 1
                 else:
-                    action = _blocked(action, max_deletes, self._window, unreadable=recent is None)
+                    reason = _reason(limit, self._window, box=box, unreadable=recent is None)
+                    action = block(action, reason)
             actions.append(action)
         return dataclasses.replace(plan, actions=tuple(actions))
 
@@ -197,10 +213,13 @@ class DeleteWindow:
             log.error("Cannot record deletes in %s: %s", self._path, exc)
 
 
-def _blocked(action: Action, max_deletes: int, window: timedelta, *, unreadable: bool) -> Action:
+def _reason(limit: int, window: timedelta, *, box: bool, unreadable: bool) -> str:
     seconds = int(window.total_seconds())
     if unreadable:
-        reason = "the record of recent deletes is unreadable; deletes wait until it is fixed"
-    else:
-        reason = f"deletes beyond maxDeletesPerRun ({max_deletes}) within {seconds} s"
-    return block(action, reason)
+        return "the record of recent deletes is unreadable; deletes wait until it is fixed"
+    if box:
+        return (
+            f"deletes beyond the box's limit maxDeletesPerRun ({limit}, daemon config) within "
+            f"{seconds} s; the fleet repo's policy cannot raise it"
+        )
+    return f"deletes beyond maxDeletesPerRun ({limit}) within {seconds} s"

@@ -103,7 +103,10 @@ class Engine:
         # an identity, a repo that references one is Stalled, never half-planned.
         self.secrets = secrets if secrets is not None else SecretAccess(need_values=True)
         self.deletes = DeleteWindow(
-            self.guards.state_file, self.guards.delete_window, self.runtime.clock
+            self.guards.state_file,
+            self.guards.delete_window,
+            self.runtime.clock,
+            cap=self.guards.max_deletes,
         )
         self.last_inventory: Inventory | None = None
         """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""

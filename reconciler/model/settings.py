@@ -184,6 +184,9 @@ class GuardSettings:
     """Seconds over which ``maxDeletesPerRun`` holds, across runs and restarts."""
     state_file: Path | None = None
     """Where deletes of the window are recorded; None: per process only (tests)."""
+    max_deletes: int | None = None
+    """The box's cap on deletes per window (daemon config ``maxDeletesPerRun``), whatever
+    the repo's policy says; None: the repo's policy alone (tests)."""
     allowed_file_dirs: tuple[Path, ...] | None = None
     """Image URLs are checked against the image cache's rules before planning with these
     ``file://`` directories; None: not checked before planning (the cache still refuses)."""
@@ -284,6 +287,9 @@ class DaemonSettings:
     """The fleet id this daemon acts for (``metadata.name``); a repo naming another is Stalled."""
     delete_window: float = 3600.0
     """Seconds over which ``policy.maxDeletesPerRun`` holds, persisted in the state dir."""
+    max_deletes_per_run: int = 20
+    """The box's cap on deletes (replaces count) per ``delete_window``: the repo's
+    ``policy.maxDeletesPerRun`` holds only below it, so a commit cannot raise it."""
     hung_after: float = 3600.0
     """Seconds one cycle may go without finishing an action (and three intervals) before the
     daemon calls it hung and stops pinging systemd's watchdog, which then restarts it."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import git
 from git.exc import GitCommandError, GitError, InvalidGitRepositoryError, NoSuchPathError
 
+from reconciler.adapters.git import credentials
 from reconciler.adapters.git.source import Checkout
 from reconciler.errors import SourceError
 from reconciler.model.settings import RepoSettings
@@ -33,7 +34,8 @@ def redact(url: str) -> str:
 
 
 def git_environment(repo: RepoSettings) -> dict[str, str]:
-    """Environment for git commands: no prompts, and ssh with our key and known_hosts."""
+    """Environment for git commands: no prompts, ssh with our key and known_hosts, and the
+    URL's credential, if any (reconciler.adapters.git.credentials: never in .git/config)."""
     ssh = ["ssh", "-o", "BatchMode=yes"]
     if repo.ssh_key_file is not None:
         ssh += ["-i", str(repo.ssh_key_file), "-o", "IdentitiesOnly=yes"]
@@ -44,7 +46,11 @@ def git_environment(repo: RepoSettings) -> dict[str, str]:
             "-o",
             "StrictHostKeyChecking=yes",
         ]
-    return {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": shlex.join(ssh)}
+    return {
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_SSH_COMMAND": shlex.join(ssh),
+        **credentials.environment(repo.url),
+    }
 
 
 def git_message(exc: GitError) -> str:
@@ -60,7 +66,10 @@ def git_message(exc: GitError) -> str:
 
 
 def open_or_init(path: Path, url: str, env: dict[str, str], *, bare: bool = False) -> git.Repo:
-    """The repo at ``path`` (created, ``bare`` or not, if missing) with ``origin`` at ``url``."""
+    """The repo at ``path`` (created, ``bare`` or not, if missing) with ``origin`` at ``url``
+    less its credential (``env``, from git_environment, hands that to each command); a
+    checkout made before that kept the credential in .git/config and loses it here."""
+    url = credentials.public_url(url)
     try:
         repo = git.Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):

@@ -50,17 +50,35 @@ class AgeIdentity:
         return plain
 
 
+def _check_kind_and_mode(name: str, info: os.stat_result) -> None:
+    """ConfigError unless the opened file is a regular file only its owner may read."""
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{name}: the age identity file is a directory")
+    if stat.S_ISFIFO(info.st_mode):
+        raise ConfigError(f"{name}: the age identity file is a FIFO (named pipe)")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{name}: the age identity file is not a regular file")
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):  # as the SSH private key (ssh.py)
+        raise ConfigError(
+            f"{name}: the age identity file is accessible by group or others "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
+        )
+
+
 def load_identity(path: Path) -> AgeIdentity:
     """The identities in ``path``; ConfigError naming the file (and line) when unusable."""
     name = str(path)
+    # Non-blocking: a FIFO put there would otherwise hang the open (and `plan`) for ever.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
         raise ConfigError(f"{name}: cannot read the age identity file: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ConfigError(f"{name}: the age identity file is not a regular file")
-        raw = handle.read(MAX_IDENTITY_BYTES + 1)
+    try:
+        _check_kind_and_mode(name, os.fstat(fd))
+        raw = os.read(fd, MAX_IDENTITY_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(raw) > MAX_IDENTITY_BYTES:
         raise ConfigError(f"{name}: larger than {MAX_IDENTITY_BYTES} bytes; not an identity file")
     try:

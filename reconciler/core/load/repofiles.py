@@ -74,6 +74,10 @@ _LINK = "is a symbolic link; manifests must be regular files (links are not foll
 def _kind_problem(info: os.stat_result) -> str:
     if stat.S_ISLNK(info.st_mode):
         return _LINK
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory; manifests must be regular files"
+    if stat.S_ISFIFO(info.st_mode):
+        return "is a FIFO (named pipe); manifests must be regular files"
     if not stat.S_ISREG(info.st_mode):
         return "is not a regular file; manifests must be regular files"
     return ""
@@ -100,14 +104,15 @@ class Reader:
             if exc.errno == errno.ELOOP:
                 return Problem(rel, 0, 0, "", _LINK)
             return Problem(rel, 0, 0, "", f"cannot read: {exc.strerror}")
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            kind = _kind_problem(info)
-            if kind:
+        try:
+            kind = _kind_problem(os.fstat(fd))
+            if kind:  # a directory or FIFO is refused by what it is, before any read
                 return Problem(rel, 0, 0, "", kind)
             left = self._limits.max_repo_bytes - self.total
             cap = min(self._limits.max_file_bytes, left)
-            data = handle.read(cap + 1)
+            data = _read_up_to(fd, cap + 1)
+        finally:
+            os.close(fd)
         if len(data) > self._limits.max_file_bytes:
             return Problem(
                 rel, 0, 0, "", f"larger than the limit of {_size(self._limits.max_file_bytes)}"
@@ -123,6 +128,19 @@ class Reader:
             )
         self.total += len(data)
         return data
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``, read to its end or the limit."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(limit - size, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _open_beneath(root: Path, rel: str) -> int:

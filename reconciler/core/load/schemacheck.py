@@ -66,6 +66,10 @@ _TYPE_NAMES = {
 }
 
 
+_NO_FINAL_NEWLINE = "(?!\\n)"
+"""Ends every anchored pattern of the schemas: Python's ``$`` also matches before a final
+newline, so ``^[a-z]+$`` alone would take ``"web\\n"``, which reaches domain names."""
+
 NOT_FINITE = "must be a finite number (.inf and .nan are not accepted)"
 
 
@@ -231,7 +235,10 @@ def _describe(error: ValidationError, sub: dict[str, Any], hint: str | None) -> 
         expected = " or ".join(_TYPE_NAMES.get(t, t) for t in _strings(value))
         return f"expected {expected}, got {got}"
     if error.validator == "pattern":
-        return f"{hint} (got {instance!r})" if hint else f"must match {value} (got {instance!r})"
+        if hint:
+            return f"{hint} (got {instance!r})"
+        # "(?!\n)" only keeps Python's "$" from accepting a final newline: not for the reader
+        return f"must match {str(value).removesuffix(_NO_FINAL_NEWLINE)} (got {instance!r})"
     if error.validator == "enum":
         choices = _strings(value)
         suggestion = did_you_mean(str(instance), choices)

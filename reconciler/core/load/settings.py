@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from reconciler.core.load import durations
 from reconciler.core.load.schemacheck import DAEMON, check
-from reconciler.core.load.yamlload import Document, format_path, load_documents
+from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
 from reconciler.model.settings import (
     ConcurrencySettings,
@@ -60,7 +61,8 @@ def parse_settings(text: str, *, name: str, base: Path) -> DaemonSettings:
         raise ConfigError(str(Problem(name, 1, 1, "", "the config must be one YAML mapping")))
     doc = documents[0]
     found = sorted(
-        [*check(doc, DAEMON), *_fleets_problems(doc)], key=lambda p: (p.line, p.column, p.field)
+        [*check(doc, DAEMON), *_fleets_problems(doc), *_credential_problems(doc)],
+        key=lambda p: (p.line, p.column, p.field),
     )
     if found:
         raise ConfigError("\n".join(str(p) for p in found))
@@ -126,6 +128,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
         delete_window=float(doc.get("deleteWindowSeconds", d.delete_window)),
+        max_deletes_per_run=int(doc.get("maxDeletesPerRun", d.max_deletes_per_run)),
         hung_after=float(doc.get("hungAfterSeconds", d.hung_after)),
         coordination=CoordinationSettings(
             url=str(coordination.get("url", d.coordination.url)),
@@ -222,6 +225,29 @@ def _fleets_problems(doc: Document) -> list[Problem]:
             )
         if isinstance(name, str):
             seen.add(name)
+    return found
+
+
+def _credential_problems(doc: Document) -> list[Problem]:
+    """A repo URL whose credential git could not be handed: it goes to git's line-based
+    credential helper protocol (reconciler.adapters.git.credentials); never shown."""
+    data = doc.data
+    assert isinstance(data, Mapping)
+    fleets = data.get("fleets")
+    repos: list[tuple[FieldPath, Any]] = [(("repo",), data.get("repo"))]
+    if isinstance(fleets, list):
+        repos += [(("fleets", i, "repo"), e.get("repo")) for i, e in enumerate(fleets) if e]
+    found = []
+    for where, repo in repos:
+        url = repo.get("url") if isinstance(repo, Mapping) else None
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+            continue
+        if any(c in unquote(parts.netloc.rpartition("@")[0]) for c in "\r\n\0"):
+            path = (*where, "url")
+            mark = doc.value_mark(path)
+            message = "the URL's credential holds a line break or NUL; git cannot be given it"
+            found.append(Problem(doc.file, mark.line, mark.column, format_path(path), message))
     return found
 
 

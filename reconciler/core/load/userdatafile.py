@@ -3,7 +3,8 @@
 ``cloudInit.userDataFile`` names a file of the fleet repo, relative to its root,
 whose content is the userData. Whoever can push decides what the path says, so
 the file is read as strictly as a manifest (reconciler.core.load.repofiles): a
-path that leaves the repo (absolute, or through ``..``), a link anywhere on the
+path that leaves the repo (absolute, or through ``..``), a name on the way that
+starts with ``.`` (the walk skips those, and ``.git/`` is git's own), a link anywhere on the
 way, a missing or special file, one past the read limit (1 MiB, as a manifest)
 or one that is not UTF-8 is a problem at the manifest's ``userDataFile`` field.
 So is a name ending in ``.yaml``/``.yml``: every such file in the repo is read as
@@ -70,6 +71,17 @@ def normalize(written: str) -> str | Problem:
         return Problem("", 0, 0, "", "leaves the repo ('..'); name a file inside it")
     if not path.parts:
         return Problem("", 0, 0, "", "names no file")
+    hidden = next((part for part in path.parts if part.startswith(".")), None)
+    if hidden is not None:
+        # The walk skips such names, and the daemon's checkout keeps git's own files in .git/
+        return Problem(
+            "",
+            0,
+            0,
+            "",
+            f"names a hidden file or folder ({hidden!r}); a name starting with '.' is not the "
+            "repo's content (.git/ is git's own), so it is not read",
+        )
     if path.name.endswith(MANIFEST_SUFFIXES):
         return Problem(
             "",
