@@ -180,3 +180,15 @@ def test_each_distinct_cloud_config_is_checked_once_however_often_it_is_loaded(
     first = problems(tmp_path, user_data)
     assert problems(tmp_path, user_data) == first and len(first) == 1
     assert len(calls) == 1
+
+
+def test_an_unknown_key_that_is_not_a_plain_word_is_reported_without_its_text(
+    tmp_path: Path,
+) -> None:
+    found = problems(
+        tmp_path,
+        "#cloud-config\n'Hunter2-SECRET token=abc': 1\nusers:\n  - name: a\n    'x y z': 2\n",
+    )
+    assert found, "both unknown keys are problems"
+    assert not any("Hunter2" in p or "x y z" in p for p in found), found
+    assert any("(a key that is not a plain word, not shown)" in p for p in found), found

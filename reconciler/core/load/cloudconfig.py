@@ -274,7 +274,7 @@ def _check_text(text: str, budget: ValueBudget | None = None) -> Iterator[Findin
             best = suggest(str(key), known)
             hint = f"did you mean '{best}'?" if best else "see cloud-init's module reference"
             message = (
-                f"cloud-config: unknown key '{key}' ({hint}); cloud-init {CLOUD_INIT_VERSION} "
+                f"cloud-config: unknown key {_shown(key)} ({hint}); cloud-init {CLOUD_INIT_VERSION} "
                 "would ignore it"
             )
             yield config.key_mark((key,)).line, message
@@ -287,6 +287,14 @@ def _check_text(text: str, budget: ValueBudget | None = None) -> Iterator[Findin
 
 
 _LINE = re.compile(r"\bline (\d+)")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _shown(key: object) -> str:
+    """An unknown key as an error may quote it: a short plain word (a typo of a cloud-init
+    key, worth showing for its "did you mean"), else nothing of userData's text."""
+    text = str(key)
+    return f"'{text}'" if _PLAIN_KEY.fullmatch(text) else "(a key that is not a plain word, not shown)"
 _TYPES = {
     "object": "a mapping",
     "array": "a list",
@@ -330,7 +338,7 @@ def _describe(error: ValidationError) -> str:
         allowed = (
             sorted(error.schema.get("properties", {})) if isinstance(error.schema, dict) else []
         )
-        extra = sorted(str(k) for k in error.instance if k not in allowed)
+        extra = sorted(_shown(k) for k in error.instance if k not in allowed)
         return f"unknown key(s) {', '.join(extra)}; allowed: {', '.join(allowed)}"
     if error.validator == "required" and isinstance(value, list):
         missing = [
