@@ -274,8 +274,8 @@ def _check_text(text: str, budget: ValueBudget | None = None) -> Iterator[Findin
             best = suggest(str(key), known)
             hint = f"did you mean '{best}'?" if best else "see cloud-init's module reference"
             message = (
-                f"cloud-config: unknown key {_shown(key)} ({hint}); cloud-init {CLOUD_INIT_VERSION} "
-                "would ignore it"
+                f"cloud-config: unknown key {_shown(key)} ({hint}); "
+                f"cloud-init {CLOUD_INIT_VERSION} would ignore it"
             )
             yield config.key_mark((key,)).line, message
     for found in _schema_errors(config.data):
@@ -294,7 +294,11 @@ def _shown(key: object) -> str:
     """An unknown key as an error may quote it: a short plain word (a typo of a cloud-init
     key, worth showing for its "did you mean"), else nothing of userData's text."""
     text = str(key)
-    return f"'{text}'" if _PLAIN_KEY.fullmatch(text) else "(a key that is not a plain word, not shown)"
+    if _PLAIN_KEY.fullmatch(text):
+        return f"'{text}'"
+    return "(a key that is not a plain word, not shown)"
+
+
 _TYPES = {
     "object": "a mapping",
     "array": "a list",
