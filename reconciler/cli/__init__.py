@@ -26,6 +26,7 @@ from reconciler.cli import (
     status,
     validate,
 )
+from reconciler.cli.exitcodes import INTERRUPTED, Parser
 
 COMMANDS = (
     validate,
@@ -43,7 +44,7 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="proxyfleet",
         description="GitOps reconciler for HTTP-proxy VMs on libvirt/KVM hosts.",
     )
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     return code
 
 

@@ -13,8 +13,8 @@ or KVM stops it (up to 90 s); then it and its volume are removed. A KVM that
 does not work fails the check only on hosts with ``domainType: kvm``. Hosts are
 checked in parallel.
 
-Exit codes: 0 every check passed, 2 some check failed, 1 the repo or the
-config is unusable.
+Exit codes: 0 every host is ready, 3 some host is not, 1 the repo or the
+config is unusable, 64 a usage error (docs/operations.md, "Exit codes").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import threading
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -50,9 +51,9 @@ from reconciler.model.vm import base_volume_name
 if TYPE_CHECKING:
     from reconciler.adapters.hypervisor.hostcheck import BaseNeed, HostReport, Need
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
+EXIT_OK = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
+EXIT_FAILED = exitcodes.DEGRADED
 
 
 def register(sub: Any) -> None:
