@@ -28,7 +28,7 @@ $(STAMP_VENV): pyproject.toml $(STAMP_APT)
 	@mkdir -p .make
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[libvirt,test]'
 	@touch $@
 
 lint: deps

@@ -11,8 +11,8 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from reconciler import __version__
 from reconciler.cli import (
     apply,
     console,
@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="proxyfleet",
         description="GitOps reconciler for HTTP-proxy VMs on libvirt/KVM hosts.",
     )
-    parser.add_argument("--version", action="version", version=f"proxyfleet {__version__}")
+    parser.add_argument(
+        "--version", action=VersionAction, help="show the version and the git commit, and exit"
+    )
     parser.add_argument(
         "-v",
         "--verbose",
@@ -62,6 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
     for command_parser in sub.choices.values():
         command_parser.description = plain(command_parser.description)
     return parser
+
+
+class VersionAction(argparse.Action):
+    """``--version``: ``proxyfleet 0.3.0 (commit 1c6b26c0a1b2, from git)``; git is asked
+    only when the flag is given (reconciler.buildinfo)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        from reconciler.buildinfo import build
+
+        print(build().line())
+        parser.exit()
 
 
 def plain(text: str | None) -> str | None:

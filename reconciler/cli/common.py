@@ -189,9 +189,18 @@ def host_factory(
     ``watch``: owners kept between observes, read again on libvirt's domain events (the
     daemon, which observes every cycle on the same connections).
     """
-    from reconciler.adapters.hypervisor.libvirthost import (
-        LibvirtHost,  # libvirt loads only when needed
-    )
+    try:
+        from reconciler.adapters.hypervisor.libvirthost import (
+            LibvirtHost,  # libvirt loads only when needed
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name != "libvirt":
+            raise
+        raise ConfigError(
+            "libvirt-python is not installed; commands that talk to a host need it: "
+            "pip install 'proxyfleet[libvirt]' (gcc, pkg-config and libvirt-dev first), "
+            "see README.md"
+        ) from exc
 
     def make(host: Host) -> LibvirtHost:
         return LibvirtHost(host, ssh, observer=observer, fleet=fleet, watch=watch)

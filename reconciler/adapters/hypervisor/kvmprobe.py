@@ -93,12 +93,10 @@ def probe_kvm(
         session.trace("virDomainCreateXML", "probe domain XML", xml, domain=PROBE_DOMAIN)
         began = clock()
         try:
-            dom = session.call(
-                "virDomainCreateXML",
-                lambda c: c.createXML(xml, 0),
-                timeout=timeout,
-                domain=PROBE_DOMAIN,
-            )
+            with session.rpc("virDomainCreateXML", domain=PROBE_DOMAIN) as (conn, deadline):
+                deadline.seconds = min(deadline.seconds, timeout)  # the probe's, when shorter
+                deadline.arm()
+                dom = conn.createXML(xml, 0)
         except PermanentError as exc:
             return KvmVerdict(False, f"the probe guest did not start: {exc}")
         left = max(timeout - (clock() - began), POLL)

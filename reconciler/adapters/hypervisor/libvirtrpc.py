@@ -99,24 +99,16 @@ class LibvirtSession:
         """How the libvirt socket is reached (``Carrier.via``)."""
         return self._carrier.via
 
-    def call(
-        self, rpc: str, fn: Callable[[Any], T], *, timeout: float | None = None, **ids: object
-    ) -> T:
-        """Run ``fn(conn)`` (one libvirt call) under the deadline, traced and classified;
-        ``timeout``: a shorter deadline than ``SshSettings.call_timeout`` for this call."""
-        with self.rpc(rpc, timeout=timeout, **ids) as (conn, _deadline):
+    def call(self, rpc: str, fn: Callable[[Any], T], **ids: object) -> T:
+        """Run ``fn(conn)`` (one libvirt call) under the deadline, traced and classified."""
+        with self.rpc(rpc, **ids) as (conn, _deadline):
             return fn(conn)
 
     @contextmanager
-    def rpc(
-        self, rpc: str, *, timeout: float | None = None, **ids: object
-    ) -> Iterator[tuple[Any, Deadline]]:
+    def rpc(self, rpc: str, **ids: object) -> Iterator[tuple[Any, Deadline]]:
         """The connection and the call's deadline, for calls that stream (re-arm on progress)."""
         conn = self.connection()
-        seconds = self._settings.call_timeout
-        if timeout is not None:
-            seconds = min(seconds, timeout)
-        deadline = Deadline(seconds, lambda: self._abort(conn, rpc))
+        deadline = Deadline(self._settings.call_timeout, lambda: self._abort(conn, rpc))
         started = time.monotonic()
         deadline.arm()
         try:

@@ -19,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from reconciler import __version__
+from reconciler.buildinfo import build
 from reconciler.model.plan import ActionKind
 from reconciler.model.report import Health, RunReport, RunResult
 
@@ -40,9 +40,13 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()
         r = self.registry
-        Gauge("proxyfleet_build_info", "proxyfleet version.", ["version"], registry=r).labels(
-            __version__
-        ).set(1)
+        this = build()
+        Gauge(
+            "proxyfleet_build_info",
+            "proxyfleet version and the git commit it was built from.",
+            ["version", "commit"],
+            registry=r,
+        ).labels(this.version, this.commit).set(1)
         self.duration = Histogram(
             "proxyfleet_reconcile_duration_seconds",
             "Wall time of one reconcile cycle, source to status.",
