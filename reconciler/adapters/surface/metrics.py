@@ -224,10 +224,14 @@ class Metrics:
         self.suspended.set(1 if report.suspended else 0)
         if report.plan is not None:
             self.rollout_halted.set(1 if report.halt is not None else 0)
+            # Every zone and host a series, 0 when well: a recovery reads as 0, not as gone.
+            suspect = set(report.plan.suspect_zones)
             self.probe_path_suspect.clear()
-            for zone in report.plan.suspect_zones:
-                self.probe_path_suspect.labels(zone).set(1)
+            for zone in suspect | {h.zone for h in report.hosts if h.zone}:
+                self.probe_path_suspect.labels(zone).set(1 if zone in suspect else 0)
             self.paused_io_error.clear()
+            for host in report.hosts:
+                self.paused_io_error.labels(host.name).set(0)
             for ref in report.plan.paused:
                 self.paused_io_error.labels(ref.host).inc()
         for outcome in report.outcomes:
