@@ -6,14 +6,17 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from daemonutil import real_daemon
 from enginefakes import FleetRepo
 from reports import ready, report
 
+from reconciler.adapters.surface.controlsocket import ControlServer
 from reconciler.cli import apply, build_parser, command, exitcodes, main, reconcile
 from reconciler.core.load.inventory import dump_inventory
 from reconciler.core.load.manifests import load_repo
@@ -143,3 +146,38 @@ def test_a_daemon_that_reached_no_host_logs_and_answers_degraded(
     reached = real_daemon(settings, lambda stop: report(reachable=False), serve_http=False)
     reached.run_once(["test"])
     assert reached.health()[1].startswith("ok: ")  # one host of two answered
+
+
+def answering(lines: list[dict[str, Any]]) -> Callable[[Any, Callable[[Any], None]], None]:
+    """A control-socket handler that answers every request with ``lines``."""
+
+    def handle(_request: Any, reply: Callable[[Any], None]) -> None:
+        for line in lines:
+            reply(line)
+
+    return handle
+
+
+def test_reconcile_exits_by_the_runs_outcome_over_the_control_socket() -> None:
+    not_ready = dataclasses.replace(report(reachable=False), conditions=ready(False))
+    finished = [
+        (report(), exitcodes.OK),
+        (not_ready, exitcodes.DEGRADED),  # succeeded, a host unreachable: not Ready
+        (report(result=RunResult.PARTIAL), exitcodes.DEGRADED),
+        (report(result=RunResult.STALLED), exitcodes.ERROR),
+    ]
+    cases = [
+        ([{"event": "queued"}, {"event": "finished", "run": run_summary(run)}], code)
+        for run, code in finished
+    ]
+    cases.append(([{"event": "queued"}, {"event": "standby", "role": "x"}], exitcodes.STANDBY))
+    with tempfile.TemporaryDirectory(prefix="pf-exit-") as name:
+        path = Path(name) / "control.sock"
+        for lines, expected in cases:
+            server = ControlServer(path, answering(lines))
+            server.start()
+            try:
+                assert main(["reconcile", "--socket", str(path)]) == expected, lines
+            finally:
+                server.stop()
+        assert main(["reconcile", "--socket", str(path)]) == exitcodes.ERROR  # no daemon
