@@ -31,6 +31,15 @@ def head() -> str:
     ).stdout.strip()
 
 
+def python_c(code: str, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -c code argv...`` with this checkout's ``reconciler``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-c", code, *argv]
+    return subprocess.run(
+        run, capture_output=True, text=True, timeout=60, check=False, env=env, cwd=cwd
+    )
+
+
 def test_version_names_the_version_and_the_commit_of_the_checkout(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -63,14 +72,7 @@ def test_validate_never_imports_libvirt() -> None:
         "assert 'libvirt' not in sys.modules, 'validate imported libvirt'; "
         "raise SystemExit(code)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = python_c(probe)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -133,3 +135,18 @@ def test_a_fresh_venv_installed_the_quick_way_shows_version_and_commit_and_valid
         cwd=tmp_path,
     ).stdout
     assert where.startswith(site), where  # the installed copy, not the checkout
+
+
+def test_a_command_that_talks_to_a_host_names_the_extra_when_libvirt_is_missing(
+    tmp_path: Path,
+) -> None:
+    probe = (
+        "import sys; sys.modules['libvirt'] = None; from reconciler.cli import main; "
+        "raise SystemExit(main(sys.argv[1:]))"
+    )
+    repo = ["--repo", str(EXAMPLE)]
+    for argv in (["hosts", "check", *repo], ["apply", "--yes", *repo, "--state-dir", "st"]):
+        done = python_c(probe, *argv, cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert "pip install 'proxyfleet[libvirt]'" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

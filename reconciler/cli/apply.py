@@ -61,7 +61,7 @@ from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError, InvalidInput
+from reconciler.errors import ConfigError, InvalidInput, MissingDependency
 from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport
@@ -131,14 +131,17 @@ def run(args: argparse.Namespace) -> int:
             one = fleet_settings(settings, fleet)
             if read_limits(one) != limits:  # that fleet's entry reads its repo otherwise
                 repo = None
-            engine = build_engine(
-                args,
-                one,
-                runtime=Runtime.interruptible(stop),
-                held=lock.held,
-                fleets=settings != one,
-                secrets=secrets,
-            )
+            try:
+                engine = build_engine(
+                    args,
+                    one,
+                    runtime=Runtime.interruptible(stop),
+                    held=lock.held,
+                    fleets=settings != one,
+                    secrets=secrets,
+                )
+            except MissingDependency as exc:
+                return config_error(exc)
             try:
                 return apply_with(
                     args,

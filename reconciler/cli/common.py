@@ -30,7 +30,7 @@ from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
-from reconciler.errors import ConfigError, CoordinationError, InvalidInput
+from reconciler.errors import ConfigError, CoordinationError, InvalidInput, MissingDependency
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
 
@@ -196,7 +196,7 @@ def host_factory(
     except ModuleNotFoundError as exc:
         if exc.name != "libvirt":
             raise
-        raise ConfigError(
+        raise MissingDependency(
             "libvirt-python is not installed; commands that talk to a host need it: "
             "pip install 'proxyfleet[libvirt]' (gcc, pkg-config and libvirt-dev first), "
             "see README.md"
@@ -242,7 +242,10 @@ def identity_error(exc: ConfigError) -> int:
 
 
 def config_error(exc: ConfigError) -> int:
-    print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
+    if isinstance(exc, MissingDependency):
+        print(f"proxyfleet: {exc}", file=sys.stderr)
+    else:
+        print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
     return 1
 
 

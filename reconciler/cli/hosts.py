@@ -95,6 +95,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         settings = daemon_settings(args)
         ssh = ssh_settings(args, settings.ssh)
+        host_factory(ssh)  # says so when libvirt-python is not installed
     except ConfigError as exc:
         return config_error(exc)
     hosts = [h for h in repo.fleet.hosts if not args.host or h.name in args.host]
