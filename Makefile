@@ -12,7 +12,7 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc pkg-config libvirt-dev \
 STAMP_APT := .make/apt.stamp
 STAMP_VENV := .make/venv.stamp
 
-.PHONY: deps bytecode test test-lab lint unit demo lab-up lab-down bench clean
+.PHONY: deps bytecode test test-lab lint unit demo lab-up lab-down bench clean install-check
 
 deps: $(STAMP_APT) $(STAMP_VENV)
 
@@ -29,7 +29,7 @@ $(STAMP_VENV): pyproject.toml $(STAMP_APT)
 	@mkdir -p .make
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[libvirt,test]'
 	@touch $@
 
 lint: deps
@@ -65,6 +65,19 @@ LAB_PYTEST_ARGS := -q -p no:cacheprovider --durations=0 --durations-min=30
 
 test: lint bytecode
 	$(LAB_PYTEST) --with-non-lab -- $(LAB_PYTEST_ARGS)
+
+# README's quick install as a newcomer (and the pre-commit hook's environment) does it: a
+# fresh venv, `pip install .` from the checkout with no C compiler usable (CC=false) and
+# no libvirt headers needed; then --version names the commit the wheel was built from and
+# validate passes on the example. Needs the package index (tests/test_release.py does the
+# same offline with --no-deps).
+QUICK_VENV := .make/quick-venv
+install-check:
+	rm -rf $(QUICK_VENV) && $(PYTHON) -m venv $(QUICK_VENV)
+	CC=false CXX=false $(QUICK_VENV)/bin/pip install -q --disable-pip-version-check .
+	$(QUICK_VENV)/bin/proxyfleet --version | tee /dev/stderr | grep -Eq '\(commit [0-9a-f]{12}, from build\)'
+	$(QUICK_VENV)/bin/proxyfleet validate examples/fleet-repo
+	! $(QUICK_VENV)/bin/python -c 'import libvirt' 2>/dev/null
 
 test-lab: bytecode
 	$(LAB_PYTEST) -- $(LAB_PYTEST_ARGS)

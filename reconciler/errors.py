@@ -71,6 +71,11 @@ class ConfigError(ProxyfleetError):
     """The daemon's configuration file cannot be used."""
 
 
+class MissingDependency(ConfigError):
+    """An optional part of proxyfleet this command needs is not installed (the message names
+    the extra that brings it)."""
+
+
 class ControlError(ProxyfleetError):
     """The daemon's control socket (``proxyfleet reconcile``/``get``/``info``) cannot be used."""
 

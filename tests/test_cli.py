@@ -13,4 +13,4 @@ def test_python_dash_m_reconciler_prints_the_version() -> None:
         text=True,
         check=True,
     )
-    assert out.stdout.strip() == f"proxyfleet {__version__}"
+    assert out.stdout.startswith(f"proxyfleet {__version__} (commit "), out.stdout

@@ -325,7 +325,7 @@ def test_reconcile_prints_the_run_and_exits_by_its_result(
     path = sock_dir / "control.sock"
     ok = run_summary(report(minute=1, created=True))
     partial = run_summary(report(minute=2, result=RunResult.PARTIAL, blocked=True))
-    for run, expected in ((ok, 0), (partial, 2)):
+    for run, expected in ((ok, 0), (partial, 3)):
         queued = {"event": "queued", "runningNow": True}
         scripted = Scripted(path, {"reconcile": [queued, {"event": "finished", "run": run}]})
         try:
@@ -338,7 +338,7 @@ def test_reconcile_prints_the_run_and_exits_by_its_result(
     assert "blocked: old-1: deletes beyond maxDeletesPerRun (1)" in out
 
 
-def test_reconcile_on_a_standby_exits_3_naming_the_leader(
+def test_reconcile_on_a_standby_exits_4_naming_the_leader(
     sock_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = sock_dir / "control.sock"
@@ -350,7 +350,7 @@ def test_reconcile_on_a_standby_exits_3_naming_the_leader(
         code, _, err = cli(capsys, "reconcile", "--socket", str(path))
     finally:
         scripted.server.stop()
-    assert code == 3
+    assert code == 4
     assert f"stands by ({role})" in err
 
 

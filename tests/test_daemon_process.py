@@ -123,7 +123,7 @@ def test_reconcile_get_and_info_ask_a_running_daemon_process_over_its_control_so
 
             remote.commit({"fleet.yaml": "kind: Fleet\nspec: [\n"}, "broken")
             stalled = proxyfleet("reconcile", "--state-dir", str(state_a))
-            assert stalled.returncode == 2, stalled.stdout + stalled.stderr
+            assert stalled.returncode == 1, stalled.stdout + stalled.stderr
             assert stalled.stdout.startswith("Run stalled at "), stalled.stdout
             assert "  problem: fleet.yaml:" in stalled.stdout
 
@@ -138,12 +138,12 @@ def test_reconcile_get_and_info_ask_a_running_daemon_process_over_its_control_so
             remote.commit(fleet_files(2), "fixed")
             assert wait_until(standby.stands_by, timeout=60), standby.output()
             asked = proxyfleet("reconcile", "--state-dir", str(state_b))
-            assert asked.returncode == 3, asked.stdout + asked.stderr
+            assert asked.returncode == 4, asked.stdout + asked.stderr
             assert "this daemon stands by (standby for fleet home, led by daemon on box-a" in (
                 asked.stderr
             ), standby.health() + standby.output()[-3000:]
             listed = proxyfleet("get", "--state-dir", str(state_b))
-            assert listed.returncode == 3 and "led by daemon on box-a" in listed.stderr
+            assert listed.returncode == 4 and "led by daemon on box-a" in listed.stderr
         finally:
             if standby is not None:
                 standby.stop()

@@ -145,3 +145,30 @@ def test_operations_doc_covers_every_config_key() -> None:
 
     missing = [key for key in keys(schema, "") if f"`{key}`" not in doc]
     assert missing == []
+
+
+def test_the_metrics_table_lists_every_metric_the_daemon_registers() -> None:
+    doc = OPERATIONS.read_text()
+    table = doc[doc.index("## Metrics") : doc.index("## Alerts")]
+    rows = set(re.findall(r"^\| `(proxyfleet_[a-z_]+)` \|", table, flags=re.MULTILINE))
+    registered = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in Metrics().registry.collect()
+    }
+    assert sorted(registered - rows) == [], "rows missing from docs/operations.md, Metrics"
+    assert sorted(rows - registered) == [], "rows for metrics the daemon does not register"
+
+
+def test_every_alert_links_its_runbook_in_the_operations_doc() -> None:
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in OPERATIONS.read_text().splitlines()
+        if line.startswith("#")
+    }
+    rules = YAML(typ="safe").load(ALERTS.read_text())["groups"][0]["rules"]
+    for rule in rules:
+        url = rule["annotations"].get("runbook_url", "")
+        path, _, anchor = url.partition("#")
+        assert path == "docs/operations.md" and anchor in anchors, (rule["alert"], url)
+    runbooks = OPERATIONS.read_text()[OPERATIONS.read_text().index("## Alerts") :]
+    assert "virsh console" not in runbooks, "runbooks send operators to `proxyfleet console`"

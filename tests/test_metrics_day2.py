@@ -26,7 +26,7 @@ def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 HALT = Halt("r1", "web-1", "pf-x", "no IP", datetime(2026, 12, 1, tzinfo=UTC))
 
 
-def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_next_run() -> None:
+def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_go_to_0_in_the_next_run() -> None:
     metrics = Metrics()
     bad = report(minute=0)
     assert bad.plan is not None
@@ -53,8 +53,11 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_cleared_by_the_nex
     seen = samples(metrics)
 
     assert seen[("proxyfleet_rollout_halted", ())] == 0
-    assert ("proxyfleet_probe_path_suspect", (("zone", "east"),)) not in seen
-    assert ("proxyfleet_vms_paused_io_error", (("host", "kvm01"),)) not in seen
+    # A recovered zone reads 0, not gone (an alert's `== 1` ends; a graph shows the fall).
+    assert seen[("proxyfleet_probe_path_suspect", (("zone", "east"),))] == 0
+    assert seen[("proxyfleet_probe_path_suspect", (("zone", "west"),))] == 0
+    assert seen[("proxyfleet_vms_paused_io_error", (("host", "kvm-a"),))] == 0
+    assert ("proxyfleet_vms_paused_io_error", (("host", "kvm01"),)) not in seen  # not in fleet
     assert seen[("proxyfleet_condition", (("condition", "RolloutHalted"),))] == 0
 
 

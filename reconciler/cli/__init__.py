@@ -11,8 +11,8 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from reconciler import __version__
 from reconciler.cli import (
     apply,
     console,
@@ -26,6 +26,7 @@ from reconciler.cli import (
     status,
     validate,
 )
+from reconciler.cli.exitcodes import INTERRUPTED, Parser
 
 COMMANDS = (
     validate,
@@ -43,11 +44,13 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="proxyfleet",
         description="GitOps reconciler for HTTP-proxy VMs on libvirt/KVM hosts.",
     )
-    parser.add_argument("--version", action="version", version=f"proxyfleet {__version__}")
+    parser.add_argument(
+        "--version", action=VersionAction, help="show the version and the git commit, and exit"
+    )
     parser.add_argument(
         "-v",
         "--verbose",
@@ -61,6 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
     for command_parser in sub.choices.values():
         command_parser.description = plain(command_parser.description)
     return parser
+
+
+class VersionAction(argparse.Action):
+    """``--version``: ``proxyfleet 0.3.0 (commit 1c6b26c0a1b2, from git)``; git is asked
+    only when the flag is given (reconciler.buildinfo)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        from reconciler.buildinfo import build
+
+        print(build().line())
+        parser.exit()
 
 
 def plain(text: str | None) -> str | None:
@@ -81,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     return code
 
 

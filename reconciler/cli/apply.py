@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.applylock import ApplyLock, LockRefused
 from reconciler.cli.common import (
     add_age_identity_argument,
@@ -60,15 +61,15 @@ from reconciler.engine.executor import ImageSource
 from reconciler.engine.fencing import fenced
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError, InvalidInput
+from reconciler.errors import ConfigError, InvalidInput, MissingDependency
 from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
-from reconciler.model.report import ActionResult, Health, RunReport, RunResult
+from reconciler.model.report import ActionResult, Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_DEGRADED = 3
+EXIT_OK = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
+EXIT_DEGRADED = exitcodes.DEGRADED
 BAR_INTERVAL = 0.5
 """Seconds between a download's progress events when a bar shows them."""
 LINE_INTERVAL = 5.0
@@ -130,14 +131,17 @@ def run(args: argparse.Namespace) -> int:
             one = fleet_settings(settings, fleet)
             if read_limits(one) != limits:  # that fleet's entry reads its repo otherwise
                 repo = None
-            engine = build_engine(
-                args,
-                one,
-                runtime=Runtime.interruptible(stop),
-                held=lock.held,
-                fleets=settings != one,
-                secrets=secrets,
-            )
+            try:
+                engine = build_engine(
+                    args,
+                    one,
+                    runtime=Runtime.interruptible(stop),
+                    held=lock.held,
+                    fleets=settings != one,
+                    secrets=secrets,
+                )
+            except MissingDependency as exc:
+                return config_error(exc)
             try:
                 return apply_with(
                     args,
@@ -266,14 +270,11 @@ def _confirmed(prepared: Prepared) -> bool:
 
 
 def exit_code(report: RunReport) -> int:
-    """0 all applied and healthy; 1 stalled or broken; 3 applied with failures or unhealthy."""
-    if report.result in (RunResult.STALLED, RunResult.FAILED):
-        return EXIT_ERROR
-    if any(o.result is not ActionResult.SUCCEEDED for o in report.outcomes):
-        return EXIT_DEGRADED
-    if any(p.health is not Health.HEALTHY for p in report.proxies):
-        return EXIT_DEGRADED
-    return EXIT_OK
+    """As ``reconcile`` reads the daemon's run (``exitcodes.for_run``): 0 applied and Ready;
+    1 stalled or broken; 3 applied as far as it went but not Ready (an action failed, a host
+    unreachable, a proxy unhealthy, something blocked)."""
+    ready = any(c.type == "Ready" and c.status for c in report.conditions)
+    return exitcodes.for_run(report.result.value, ready=ready)
 
 
 def render_report(report: RunReport) -> str:

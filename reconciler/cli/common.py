@@ -30,7 +30,7 @@ from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
 from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
-from reconciler.errors import ConfigError, CoordinationError, InvalidInput
+from reconciler.errors import ConfigError, CoordinationError, InvalidInput, MissingDependency
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
 
@@ -189,9 +189,18 @@ def host_factory(
     ``watch``: owners kept between observes, read again on libvirt's domain events (the
     daemon, which observes every cycle on the same connections).
     """
-    from reconciler.adapters.hypervisor.libvirthost import (
-        LibvirtHost,  # libvirt loads only when needed
-    )
+    try:
+        from reconciler.adapters.hypervisor.libvirthost import (
+            LibvirtHost,  # libvirt loads only when needed
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name != "libvirt":
+            raise
+        raise MissingDependency(
+            "libvirt-python is not installed; commands that talk to a host need it: "
+            "pip install 'proxyfleet[libvirt]' (gcc, pkg-config and libvirt-dev first), "
+            "see README.md"
+        ) from exc
 
     def make(host: Host) -> LibvirtHost:
         return LibvirtHost(host, ssh, observer=observer, fleet=fleet, watch=watch)
@@ -234,7 +243,10 @@ def identity_error(exc: ConfigError) -> int:
 
 
 def config_error(exc: ConfigError) -> int:
-    print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
+    if isinstance(exc, MissingDependency):
+        print(f"proxyfleet: {exc}", file=sys.stderr)
+    else:
+        print(f"proxyfleet: the daemon config is unusable:\n{exc}", file=sys.stderr)
     return 1
 
 

@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.adapters.surface import controlsocket
+from reconciler.cli import exitcodes
 from reconciler.cli.common import ENV_STATE_DIR, daemon_settings, state_dir
 from reconciler.core.load import durations
 from reconciler.core.load.settings import DEFAULT_CONFIG
 from reconciler.errors import ConfigError
 from reconciler.model.settings import fleet_state_dir
 
-EXIT_OK = 0
-EXIT_ERROR = 1
+EXIT_OK = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
 """The daemon could not be asked (none runs, refused, no answer in time) or said no."""
-EXIT_STANDBY = 3
+EXIT_STANDBY = exitcodes.STANDBY
 """The daemon stands by: another one leads the fleet (named in the message)."""
 
 

@@ -8,7 +8,7 @@ file does. ``--json`` prints the daemon's answer: the status document
 (status.yaml's shape) under ``status``, the daemon's ``role``, and whether it
 is ``reconciling`` now.
 
-Exit codes: 0 printed, 3 this daemon stands by (the leader is named), 1 the
+Exit codes: 0 printed, 4 this daemon stands by (the leader is named), 1 the
 daemon could not be asked or has not finished a run yet.
 """
 

@@ -9,12 +9,14 @@ else a HEAD request), the bridge or libvirt network, UEFI firmware (needed when
 any image boots UEFI, the default), capacity (CPUs, memory), and whether KVM is
 usable: a throw-away transient domain (``proxyfleet-kvm-probe``, no NIC, a 1 MiB
 boot disk in the pool) boots under KVM and is watched until it reaches long mode
-or KVM stops it (up to 90 s); then it and its volume are removed. A KVM that
-does not work fails the check only on hosts with ``domainType: kvm``. Hosts are
-checked in parallel.
+or KVM stops it (45 s for the whole probe); then it and its volume are removed.
+A KVM that does not work, or a probe that cannot decide, fails the check only on
+hosts with ``domainType: kvm``; on ``qemu`` (TCG) hosts it is information. Hosts
+are checked in parallel; each says on stderr what it waits for, and when it is
+done.
 
-Exit codes: 0 every check passed, 2 some check failed, 1 the repo or the
-config is unusable.
+Exit codes: 0 every host is ready, 3 some host is not, 1 the repo or the
+config is unusable, 64 a usage error (docs/operations.md, "Exit codes").
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import dataclasses
 import json
 import sys
 import threading
+import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -50,9 +54,9 @@ from reconciler.model.vm import base_volume_name
 if TYPE_CHECKING:
     from reconciler.adapters.hypervisor.hostcheck import BaseNeed, HostReport, Need
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
+EXIT_OK = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
+EXIT_FAILED = exitcodes.DEGRADED
 
 
 def register(sub: Any) -> None:
@@ -91,6 +95,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         settings = daemon_settings(args)
         ssh = ssh_settings(args, settings.ssh)
+        host_factory(ssh)  # says so when libvirt-python is not installed
     except ConfigError as exc:
         return config_error(exc)
     hosts = [h for h in repo.fleet.hosts if not args.host or h.name in args.host]
@@ -166,11 +171,25 @@ def check_hosts(
     lock = threading.Lock()
 
     def check(host: Host) -> None:
+        started = time.monotonic()
+
+        def say(text: str) -> None:
+            print(f"{host.name}: {text} ...", file=sys.stderr, flush=True)
+
+        say(
+            f"connecting over SSH to {host.address}:{host.port} (up to "
+            f"{ssh.connect_timeout:.0f} s), then libvirt, pool, network, firmware, capacity"
+        )
         adapter = make(host)
         try:
-            report = adapter.host_check(need_uefi=need_uefi, need=need, kvm_probe=kvm_probe)
+            report = adapter.host_check(
+                need_uefi=need_uefi, need=need, kvm_probe=kvm_probe, say=say
+            )
         finally:
             adapter.close()
+        verdict = "ready" if report.ok else "NOT ready"
+        seconds = time.monotonic() - started
+        print(f"{host.name}: {verdict} after {seconds:.1f} s", file=sys.stderr, flush=True)
         with lock:
             reports[host.name] = report
 

@@ -8,7 +8,7 @@ of the last runs the daemon holds, newest first) and a halted rollout naming
 it. Asked over the daemon's control socket (root only), answered from memory:
 no git fetch and no host call. ``--json`` prints the daemon's answer.
 
-Exit codes: 0 printed, 3 this daemon stands by (the leader is named), 1 the
+Exit codes: 0 printed, 4 this daemon stands by (the leader is named), 1 the
 daemon could not be asked or knows no such proxy.
 """
 

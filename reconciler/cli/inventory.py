@@ -17,6 +17,7 @@ import logging
 import sys
 from typing import Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -31,9 +32,9 @@ from reconciler.core.load.inventory import dump_inventory
 from reconciler.errors import ConfigError
 from reconciler.model import Domain, Inventory
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_UNREACHABLE = 3
+EXIT_OK = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
+EXIT_UNREACHABLE = exitcodes.DEGRADED
 TRACE = 5
 
 

@@ -12,10 +12,12 @@ names, each value shown as ``(sensitive)``. Up-to-date VMs
 are counted, not listed; a kept VM with something to say (shut off under
 drift detect, paused, crashed) is listed with ``=``.
 
-Exit codes:
-  0  nothing to do: keep and abandon only
-  1  error: invalid repo or inventory, unusable config
-  2  the plan has changes (anything else, blocked actions included)
+Exit codes (docs/operations.md, "Exit codes"):
+  0   nothing to do: keep and abandon only
+  1   error: invalid repo or inventory, unusable config
+  2   the plan has changes (anything else, blocked actions included)
+  3   the plan is incomplete: a host could not be read (its actions are blocked)
+  64  usage error
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -46,9 +49,10 @@ from reconciler.model import Action, ActionKind, Inventory, Plan
 from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
 from reconciler.model.secrets import SENSITIVE
 
-EXIT_NO_CHANGES = 0
-EXIT_ERROR = 1
-EXIT_CHANGES = 2
+EXIT_NO_CHANGES = exitcodes.OK
+EXIT_ERROR = exitcodes.ERROR
+EXIT_CHANGES = exitcodes.CHANGES
+EXIT_INCOMPLETE = exitcodes.DEGRADED
 
 SYMBOLS = {
     ActionKind.CREATE: "+",
@@ -88,7 +92,8 @@ _SUMMARY = (
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "plan",
-        help="show what a reconcile would do; exit 0 no changes, 2 changes, 1 error",
+        help="show what a reconcile would do; exit 0 no changes, 2 changes, 3 a host unread, "
+        "1 error",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -137,6 +142,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(result), indent=2))
     else:
         print(render_plan(result, color=_use_color()))
+    return plan_exit_code(result, inventory)
+
+
+def plan_exit_code(result: Plan, inventory: Inventory) -> int:
+    """3 when a host could not be read (as ``apply`` and ``reconcile`` say for the same
+    hosts: the fleet cannot be Ready), else 2 for changes, else 0."""
+    if any(not host.reachable for host in inventory.hosts):
+        return EXIT_INCOMPLETE
     return EXIT_CHANGES if result.has_changes else EXIT_NO_CHANGES
 
 

@@ -7,9 +7,12 @@ the repo again). Its outcome is printed as the daemon logged it: result,
 revision, duration, the Ready condition, what was applied, what failed, what
 a safety rule blocked, and the problems of a stalled run.
 
-Exit codes: 0 the run succeeded, 2 it did not (partial, stalled or failed),
-3 this daemon stands by (another one leads the fleet; it is named),
-1 the daemon could not be asked or gave no result within --timeout.
+Exit codes, as ``apply`` gives them for the same run (docs/operations.md, "Exit codes"):
+0 the run succeeded and the fleet is Ready; 3 it went as far as it could but the fleet is
+not Ready (an action failed, a host unreachable, a proxy unhealthy, something blocked);
+1 the run stalled or broke, or the daemon could not be asked or gave no result within
+--timeout; 4 this daemon stands by (another one leads the fleet; it is named); 64 a
+usage error.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from reconciler.cli import exitcodes
 from reconciler.cli.controlclient import (
-    EXIT_OK,
     add_socket_arguments,
     ask,
     complain,
@@ -28,8 +31,6 @@ from reconciler.cli.controlclient import (
     standby,
 )
 from reconciler.errors import ConfigError, ControlError
-
-EXIT_NOT_SUCCESSFUL = 2
 
 
 def register(sub: Any) -> None:
@@ -68,10 +69,19 @@ def run(args: argparse.Namespace) -> int:
                 if not isinstance(run_doc, Mapping):
                     break
                 print(render_run(run_doc))
-                return EXIT_OK if run_doc.get("result") == "success" else EXIT_NOT_SUCCESSFUL
+                return run_exit_code(run_doc)
     except (ControlError, ConfigError) as exc:
         return complain("reconcile", exc)
     return complain("reconcile", ControlError("the daemon hung up without a result"))
+
+
+def run_exit_code(run: Mapping[str, Any]) -> int:
+    """The finished run's code: its result and its Ready condition (``exitcodes.for_run``)."""
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") is True
+        for c in run.get("conditions", [])
+    )
+    return exitcodes.for_run(str(run.get("result")), ready=ready)
 
 
 def render_run(run: Mapping[str, Any]) -> str:

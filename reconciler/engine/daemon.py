@@ -184,18 +184,25 @@ class Daemon:
     # -- what the HTTP endpoint and the watchdog ask -------------------------
 
     def health(self) -> tuple[bool, str]:
-        """Healthy while the last completed cycle (or the start) is younger than 3 intervals."""
+        """Healthy while the last completed cycle (or the start) is younger than 3 intervals.
+        A last run that reached no host says ``degraded`` first, still healthy (200): the
+        daemon works, its hosts do not (ProxyfleetHostDown alerts on them)."""
         with self._lock:
             since = self._last_completed if self._last_completed is not None else self._started_at
         age = self._monotonic() - since
         limit = 3 * self.settings.interval
         what = "last cycle completed" if self._last_completed is not None else "started"
         text = f"{what} {age:.0f}s ago (limit {limit:.0f}s)"
+        degraded = unreached(self.reports[-1]) if self.reports else ""
         if self.leadership is None:
-            return age < limit, ("ok: " if age < limit else "stale: ") + text
+            if age >= limit:
+                return False, f"stale: {text}"
+            return True, f"{degraded}; {text}" if degraded else f"ok: {text}"
         role = self.leadership.describe()
         if age >= limit:
             return False, f"stale: {text}; {role}"
+        if degraded and self.leadership.leading:
+            return True, f"{degraded}; {role}; {text}"
         return True, ("ok: " if self.leadership.leading else "standby: ") + f"{role}; {text}"
 
     def alive(self) -> bool:
@@ -355,13 +362,22 @@ def _failed(exc: Exception, *, started: datetime, finished: datetime) -> RunRepo
     )
 
 
+def unreached(report: RunReport) -> str:
+    """``degraded: no host could be reached (N of N)`` for a run that reached no host of
+    several, else "": such a run succeeds at nothing, and must not read as "ok"."""
+    if not report.hosts or any(h.reachable for h in report.hosts):
+        return ""
+    return f"degraded: no host could be reached ({len(report.hosts)} of {len(report.hosts)})"
+
+
 def _summary(report: RunReport) -> str:
     ready = next((c for c in report.conditions if c.type == "Ready"), None)
     state = (
         "Ready" if ready is not None and ready.status else (ready.reason if ready else "unknown")
     )
     revision = report.revision[:12] or "no revision"
+    degraded = f"{unreached(report)}; " if unreached(report) else ""
     return (
-        f"{report.result.value} at {revision} in {report.duration_seconds:.1f}s; "
+        f"{degraded}{report.result.value} at {revision} in {report.duration_seconds:.1f}s; "
         f"{state}; {len(report.proxies)} proxies, {len(report.problems)} problems"
     )

@@ -154,7 +154,7 @@ def test_hosts_check_passes_for_a_ready_host_and_exits_2_naming_the_one_that_is_
 
     assert ready == 0, ready_out
     assert "1 of 1 hosts ready" in ready_out
-    assert both == 2
+    assert both == 3
     assert reports[host.name]["ok"] is True
     assert reports[host.name]["libvirt_version"]
     assert reports["gone"]["ok"] is False
@@ -178,7 +178,7 @@ def test_hosts_check_fails_a_pool_too_small_for_the_largest_machine_type_with_th
     code = main(["hosts", "check", "--no-kvm-probe", "--repo", str(repo), *access(ssh_keys), *only])
     out = capsys.readouterr().out
 
-    assert code == 2, out
+    assert code == 3, out
     assert f"pool '{host.pool}': " in out
     assert "needs 1000000.0 GiB for one VM of the largest machine type (huge" in out
 
@@ -234,7 +234,7 @@ def test_hosts_check_counts_the_largest_disk_at_the_fleets_disk_overcommit_as_pl
     fleet.write_text(fleet.read_text().replace("      disk: 8\n", "      disk: 1\n"))
     code = main(args)
     out = capsys.readouterr().out
-    assert code == 2, out
+    assert code == 3, out
     assert f"needs {big:.1f} GiB for one VM of the largest machine type (tiny: {big} GiB" in out
 
 
@@ -292,7 +292,7 @@ def test_hosts_check_fails_a_pool_without_room_for_the_base_images_it_lacks_with
     code = main(args)
     out = capsys.readouterr().out
 
-    assert code == 2, out
+    assert code == 3, out
     needs = (handler.length + 2**30) / 2**30
     assert (
         f"needs {needs:.1f} GiB for one VM of the largest machine type (tiny: 1 GiB disk; "

@@ -105,7 +105,7 @@ def test_a_kvm_bios_proxy_boots_and_serves_where_hosts_check_says_kvm_is_usable(
     assert PROBE_DOMAIN not in virsh(fleet.host, "list", "--all", "--name").split()
     if not report["kvm_usable"]:
         # A domainType: kvm host whose KVM does not work fails the check, naming why.
-        assert check.returncode == 2 and not kvm["ok"], check.stdout
+        assert check.returncode == 3 and not kvm["ok"], check.stdout
         assert kvm["detail"].startswith("not usable: ")
         assert "domainType: kvm guests will not run here" in kvm["detail"]
         pytest.skip(f"KVM is not usable on {fleet.host}, as hosts check says: {kvm['detail']}")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.kvmprobe import probe_kvm
+from reconciler.adapters.hypervisor.kvmprobe import PROBE_TIMEOUT, probe_kvm
 from reconciler.errors import HostError, PermanentError
 from reconciler.model.fleet import DomainType
 from reconciler.model.vm import base_marker_name
@@ -110,7 +110,9 @@ def check_host(
     need_uefi: bool = True,
     need: Need = Need(),
     kvm_probe: bool = True,
+    say: Callable[[str], None] = lambda _text: None,
 ) -> HostReport:
+    """Every item of the host; ``say`` is told what the check waits for next (progress)."""
     host = session.host
     items: list[CheckItem] = []
     try:
@@ -226,6 +228,7 @@ def check_host(
     ):
         run(name, check)
     if kvm_probe:
+        say(f"booting the KVM probe guest, up to {PROBE_TIMEOUT:.0f} s")
         item, facts["kvm"] = kvm_item(session, images)
     else:
         item = CheckItem("kvm", True, "not probed (--no-kvm-probe)")
@@ -243,20 +246,26 @@ def check_host(
     )
 
 
+TCG = "this host runs domainType: qemu (TCG), which does not need it"
+
+
 def kvm_item(session: LibvirtSession, images: BaseImages) -> tuple[CheckItem, bool | None]:
-    """The probe's verdict as a check item: a KVM that does not work fails the check only
-    where the host's ``domainType`` asks for it."""
+    """The probe's verdict as a check item: a KVM that does not work, or a probe that could
+    not decide, fails the check only where the host's ``domainType`` asks for KVM; on a
+    ``qemu`` (TCG) host the line is information."""
+    wants_kvm = session.host.domain_type is DomainType.KVM
     try:
         verdict = probe_kvm(session, images)
     except HostError as exc:
-        return CheckItem("kvm", False, f"KVM probe failed: {exc}"), None
-    wants_kvm = session.host.domain_type is DomainType.KVM
+        if wants_kvm:
+            return CheckItem("kvm", False, f"KVM probe failed: {exc}"), None
+        return CheckItem("kvm", True, f"not decided: KVM probe failed: {exc}; {TCG}"), None
     if verdict.usable:
         return CheckItem("kvm", True, f"usable: {verdict.detail}"), True
     if wants_kvm:
         advice = "domainType: kvm guests will not run here (domainType: qemu does, slowly)"
     else:
-        advice = "this host runs domainType: qemu (TCG), which does not need it"
+        advice = TCG
     return CheckItem("kvm", not wants_kvm, f"not usable: {verdict.detail}; {advice}"), False
 
 

@@ -8,7 +8,8 @@ First the cheap part: libvirt's domain capabilities for the ``kvm`` type (no
 reads the guest's progress marker with ``virDomainMemoryPeek`` every half
 second until the guest reaches long mode (usable), QEMU pauses it (the "KVM
 internal error" of nested virtualization: not usable, with the stage it
-reached), it ends (QEMU died), or the timeout passes (not usable: too slow).
+reached), it ends (QEMU died), or the deadline passes (``PROBE_TIMEOUT``, 45 s for
+the create and the watch together: not usable, too slow).
 
 The probe leaves nothing behind: the domain is destroyed (being transient, it
 is gone then) and the volume deleted, in ``finally``; libvirt's own QEMU log
@@ -50,10 +51,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reconciler.host")
 
-PROBE_TIMEOUT = 90.0
-"""Seconds the probe guest may take to reach long mode. With working KVM it needs about
-one; on the lab machines (nested, no unrestricted guest) SeaBIOS alone takes ~30 s under
-KVM before the boot sector runs, and the guest then fails within a second."""
+PROBE_TIMEOUT = 45.0
+"""Seconds the whole probe may take: libvirt's answer to the create, then the guest's way to
+long mode. With working KVM it needs about one; on the lab machines (nested, no unrestricted
+guest) SeaBIOS alone takes ~30 s under KVM before the boot sector runs, and the guest then
+fails within a second. A create that libvirt has not answered by then (seen on a TCG host
+through SSH: no answer in 60 s) is "not decided", never a wait of minutes."""
 POLL = 0.5
 PAUSED_REASONS = {
     getattr(libvirt, name): name.removeprefix("VIR_DOMAIN_PAUSED_").lower().replace("_", " ")
@@ -88,15 +91,16 @@ def probe_kvm(
         cpu = cpu_element(session.host.cpu_mode)
         xml = probe_domain_xml(disk_path=path, cpu=cpu, domain_type=domain_type)
         session.trace("virDomainCreateXML", "probe domain XML", xml, domain=PROBE_DOMAIN)
+        began = clock()
         try:
-            dom = session.call(
-                "virDomainCreateXML", lambda c: c.createXML(xml, 0), domain=PROBE_DOMAIN
-            )
+            with session.rpc("virDomainCreateXML", domain=PROBE_DOMAIN) as (conn, deadline):
+                deadline.seconds = min(deadline.seconds, timeout)  # the probe's, when shorter
+                deadline.arm()
+                dom = conn.createXML(xml, 0)
         except PermanentError as exc:
             return KvmVerdict(False, f"the probe guest did not start: {exc}")
-        return _watch(
-            session, dom, timeout=timeout, clock=clock, sleep=sleep, domain_type=domain_type
-        )
+        left = max(timeout - (clock() - began), POLL)
+        return _watch(session, dom, timeout=left, clock=clock, sleep=sleep, domain_type=domain_type)
     finally:
         _remove(session, images)
 

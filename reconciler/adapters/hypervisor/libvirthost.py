@@ -242,16 +242,23 @@ class LibvirtHost:
         return domain_addresses(self._session, dom, domain)
 
     def host_check(
-        self, *, need_uefi: bool = True, need: Need | None = None, kvm_probe: bool = True
+        self,
+        *,
+        need_uefi: bool = True,
+        need: Need | None = None,
+        kvm_probe: bool = True,
+        say: Callable[[str], None] = lambda _text: None,
     ) -> HostReport:
         """Readiness and capacity for ``proxyfleet hosts check``; never raises HostError.
-        ``kvm_probe`` boots a throw-away guest to see whether KVM works (seconds)."""
+        ``kvm_probe`` boots a throw-away guest to see whether KVM works (seconds); ``say``
+        hears what the check waits for next."""
         return check_host(
             self._session,
             self._images,
             need_uefi=need_uefi,
             need=need or Need(),
             kvm_probe=kvm_probe,
+            say=say,
         )
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from reconciler import __version__
+from reconciler.buildinfo import build
 from reconciler.model.plan import ActionKind
 from reconciler.model.report import DnsOutcome, DnsResult, Health, RunReport, RunResult
 
@@ -40,9 +40,13 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()
         r = self.registry
-        Gauge("proxyfleet_build_info", "proxyfleet version.", ["version"], registry=r).labels(
-            __version__
-        ).set(1)
+        this = build()
+        Gauge(
+            "proxyfleet_build_info",
+            "proxyfleet version and the git commit it was built from.",
+            ["version", "commit"],
+            registry=r,
+        ).labels(this.version, this.commit).set(1)
         self.duration = Histogram(
             "proxyfleet_reconcile_duration_seconds",
             "Wall time of one reconcile cycle, source to status.",
@@ -237,10 +241,14 @@ class Metrics:
         self.suspended.set(1 if report.suspended else 0)
         if report.plan is not None:
             self.rollout_halted.set(1 if report.halt is not None else 0)
+            # Every zone and host a series, 0 when well: a recovery reads as 0, not as gone.
+            suspect = set(report.plan.suspect_zones)
             self.probe_path_suspect.clear()
-            for zone in report.plan.suspect_zones:
-                self.probe_path_suspect.labels(zone).set(1)
+            for zone in suspect | {h.zone for h in report.hosts if h.zone}:
+                self.probe_path_suspect.labels(zone).set(1 if zone in suspect else 0)
             self.paused_io_error.clear()
+            for host in report.hosts:
+                self.paused_io_error.labels(host.name).set(0)
             for ref in report.plan.paused:
                 self.paused_io_error.labels(ref.host).inc()
         if report.dns is not None:
