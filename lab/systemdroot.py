@@ -31,9 +31,11 @@ SUITE = "bookworm"
 
 
 def requirements() -> list[str]:
-    """proxyfleet's runtime dependencies, as pyproject.toml lists them."""
+    """proxyfleet's runtime dependencies on a management box, as pyproject.toml lists them:
+    the daemon needs the ``libvirt`` extra too (docs/operations.md installs it)."""
     project = tomllib.loads(PYPROJECT.read_text())["project"]
-    return [str(item) for item in project["dependencies"]]
+    extra = project["optional-dependencies"]["libvirt"]
+    return [str(item) for item in [*project["dependencies"], *extra]]
 
 
 RECIPE = Recipe(

