@@ -80,6 +80,7 @@ def build_engine(
             per_host_concurrency=settings.concurrency.per_host,
             delete_concurrency=settings.concurrency.deletes_per_host,
             replace_timeout=settings.replace_timeout,
+            ip_wait_timeout=0.0,  # a run never waits for a boot: follow-up runs look again
         ),
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),

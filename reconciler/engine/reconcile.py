@@ -42,7 +42,8 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.model import ActionKind, Inventory, Plan, Repo
-from reconciler.model.history import Halt, History
+from reconciler.model.history import History
+from reconciler.model.limits import Limits
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
     ActionOutcome,
@@ -68,7 +69,7 @@ class Prepared:
     observation: Observation
     plan: Plan
     history: History = field(default_factory=History)
-    """What earlier runs saw, as kept (the plan got it with the time and this revision's halt)."""
+    """What earlier runs saw, as kept (the plan got it with the time and this revision's halts)."""
 
 
 class Engine:
@@ -180,7 +181,10 @@ class Engine:
             )
         kept = self.history.load()
         now = self.runtime.clock()
-        plan = make_plan(repo, observation.inventory, for_plan(kept, now=now, revision=revision))
+        limits = Limits(replace_timeout=self.settings.replace_timeout)
+        plan = make_plan(
+            repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
+        )
         plan = self.deletes.limit(plan, repo.fleet.policy.max_deletes_per_run)
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
@@ -203,7 +207,7 @@ class Engine:
         )
         outcomes = executor.run(prepared.plan)
         self.deletes.record(outcomes)
-        proxies = check_proxies(
+        checked = check_proxies(
             prepared.repo,
             prepared.plan,
             prepared.observation.inventory,
@@ -214,10 +218,10 @@ class Engine:
             runtime=self.runtime,
         )
         finished = self.runtime.clock()
-        halt = self._remember(prepared, outcomes, proxies, now=finished)
-        report = build_report(prepared, outcomes, proxies, finished=finished, halt=halt)
+        self._remember(prepared, outcomes, checked.vms, now=finished)
+        report = build_report(prepared, outcomes, checked.proxies, finished=finished)
         new = settling(
-            prepared, outcomes, proxies, now=finished, window=self.settings.replace_timeout
+            prepared, outcomes, checked.vms, now=finished, window=self.settings.replace_timeout
         )
         return dataclasses.replace(report, settling=new)
 
@@ -225,32 +229,34 @@ class Engine:
         self,
         prepared: Prepared,
         outcomes: Sequence[ActionOutcome],
-        proxies: Sequence[ProxyStatus],
+        vms: Sequence[ProxyStatus],
         *,
         now: datetime,
-    ) -> Halt | None:
-        """Fold this run into the history and keep it; the rollout halt now in force."""
+    ) -> None:
+        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history
+        and keep it."""
+        halts = prepared.plan.halts
         history = after_run(
             prepared.history,
             inventory=prepared.observation.inventory,
-            revision=prepared.revision,
+            halts=halts,
             outcomes=outcomes,
-            proxies=proxies,
+            proxies=vms,
             now=now,
         )
-        if history.halt is not None and history.halt != prepared.history.halt:
+        new = [h for h in halts if h not in prepared.history.halts]
+        if new:
             log.warning(
-                "Rollout of %s halted: %s's new VM %s: %s",
+                "Rollout of %s halted: %s failed %s health check (%s).",
                 prepared.revision[:12] or "this revision",
-                history.halt.proxy,
-                history.halt.domain,
-                history.halt.reason,
+                ", ".join(h.proxy for h in halts),
+                "their" if len(halts) > 1 else "its",
+                "; ".join(f"{h.proxy}: {h.reason}" for h in new),
             )
         try:
             self.history.save(history)
         except OSError as exc:
             log.warning("The history of this run was not kept: %s", exc)
-        return history.halt
 
     def close(self) -> None:
         self.pool.close()
@@ -282,7 +288,6 @@ def build_report(
     proxies: Sequence[ProxyStatus],
     *,
     finished: datetime,
-    halt: Halt | None = None,
 ) -> RunReport:
     results = [o.result for o in outcomes]
     result = RunResult.SUCCESS
@@ -301,10 +306,10 @@ def build_report(
         hosts=hosts,
         conditions=(
             *after_plan(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
-            *day2(prepared.plan, halt),
+            *day2(prepared.plan, prepared.plan.halts),
         ),
         suspended=suspended,
-        halt=halt,
+        halts=prepared.plan.halts,
     )
 
 
@@ -314,7 +319,7 @@ NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
 def settling(
     prepared: Prepared,
     outcomes: Sequence[ActionOutcome],
-    proxies: Sequence[ProxyStatus],
+    vms: Sequence[ProxyStatus],
     *,
     now: datetime,
     window: float,
@@ -337,13 +342,13 @@ def settling(
         for d in h.domains
         if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name
     }
-    names = []
-    for proxy in proxies:
-        if proxy.health is Health.HEALTHY or proxy.state != "running":
+    names = set()
+    for vm in vms:
+        if vm.health is Health.HEALTHY or vm.state != "running":
             continue
-        key = (proxy.host, proxy.domain)
+        key = (vm.host, vm.domain)
         if key in acted or _younger(created.get(key, ""), now, window):
-            names.append(proxy.name)
+            names.add(vm.name)
     return tuple(sorted(names))
 
 

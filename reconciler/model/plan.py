@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
@@ -237,6 +238,18 @@ def blocked_kind(action: Action) -> ActionKind | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Halt:
+    """A replace whose new VM did not pass a health check within the replace timeout: the
+    rollout of ``revision`` stops while it holds (a new commit resumes)."""
+
+    revision: str
+    proxy: str
+    domain: str
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     actions: tuple[Action, ...] = ()
     suspect_zones: tuple[str, ...] = ()
@@ -244,6 +257,9 @@ class Plan:
     suspect, so none of them is replaced for it."""
     paused: tuple[DomainRef, ...] = ()
     """Owned VMs the hypervisor paused on an I/O error (a full pool, most often)."""
+    halts: tuple[Halt, ...] = ()
+    """Every failed replace of the revision planned, by proxy: the earlier ones the history
+    holds and those whose deadline this plan found passed. Any halt blocks every replace."""
 
     def summary(self) -> dict[str, int]:
         counts = Counter(a.kind for a in self.actions)

@@ -219,7 +219,7 @@ class Metrics:
             self.condition.labels(condition).set(1 if present.get(condition) else 0)
         self.suspended.set(1 if report.suspended else 0)
         if report.plan is not None:
-            self.rollout_halted.set(1 if report.halt is not None else 0)
+            self.rollout_halted.set(1 if report.halts else 0)
             self.probe_path_suspect.clear()
             for zone in report.plan.suspect_zones:
                 self.probe_path_suspect.labels(zone).set(1)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from reconciler.core.plan.vms import OwnedVm, block
 from reconciler.model.fleet import Policy
-from reconciler.model.plan import Action, Delete, Replace
+from reconciler.model.plan import Action, Delete
 
 PROTECTED = "protected (lifecycle.protect)"
 PRUNE_OFF = "its manifest is gone but prune is off"
@@ -25,8 +25,8 @@ def orphan(vm: OwnedVm, policy: Policy) -> Action:
 def gate_deletes(proposed: Iterable[Action], *, has_proxies: bool, policy: Policy) -> list[Action]:
     """An empty desired set, then maxDeletesPerRun: which deletes may go, by host and domain.
 
-    A replace counts as a delete: the executor deletes the old VM in the
-    same run once the new one is healthy. Creates and starts never count.
+    Only deletes count: a replace deletes nothing in its run (its old VM goes
+    in a later run, by a delete that counts then). Creates and starts never count.
     """
     actions = list(proposed)
     if not has_proxies and not policy.allow_empty:
@@ -41,9 +41,7 @@ def gate_deletes(proposed: Iterable[Action], *, has_proxies: bool, policy: Polic
 
 
 def _victim(action: Action) -> tuple[str, str] | None:
-    """The (host, domain) an action deletes, now or (replace) once its new VM is healthy."""
+    """The (host, domain) an action deletes."""
     if isinstance(action, Delete) and action.host and action.domain:
         return (action.host, action.domain)
-    if isinstance(action, Replace):
-        return (action.replaces.host, action.replaces.domain)
     return None

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reconciler.model.history import Halt
-from reconciler.model.plan import ActionKind, Plan
+from reconciler.model.plan import ActionKind, Halt, Plan
 from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
@@ -80,7 +79,11 @@ def after_plan(
     else:
         ready = Condition("Ready", True, "Reconciled", f"{len(proxies)} proxy(ies) healthy")
     applied = sum(1 for o in outcomes if o.result is ActionResult.SUCCEEDED)
-    if failed or skipped:
+    if plan.halts:  # nothing is retried under a halt: a new commit resumes
+        reconciling = Condition(
+            "Reconciling", False, "RolloutHalted", "no replace of this revision goes any further"
+        )
+    elif failed or skipped:
         reconciling = Condition(
             "Reconciling", True, "RetryPending", "the next run retries what did not succeed"
         )
@@ -98,17 +101,22 @@ def after_plan(
     return (ready, reconciling, stalled)
 
 
-def day2(plan: Plan, halt: Halt | None) -> Conditions:
+def day2(plan: Plan, halts: Sequence[Halt]) -> Conditions:
     """RolloutHalted and ProbePathSuspect, present only while they hold."""
     found = []
-    if halt is not None:
+    if halts:
+        revision = halts[0].revision[:12] or "this revision"
+        names = ", ".join(h.proxy for h in halts)
+        which = "their" if len(halts) > 1 else "its"
+        vms = "; ".join(f"{h.proxy}: {h.reason}" for h in halts)
         found.append(
             Condition(
                 "RolloutHalted",
                 True,
                 "NewVmUnhealthy",
-                f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}; no further replace of "
-                "this revision; the old VMs keep serving; a new commit resumes",
+                f"rollout of {revision} halted: {names} failed {which} health check ({vms}); "
+                "no further replace of this revision; the old VMs keep serving; a new commit "
+                "resumes",
             )
         )
     if plan.suspect_zones:
