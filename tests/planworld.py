@@ -39,6 +39,8 @@ their input through here, so a case reads like the situation it describes
       halts:                      # of revision r1, the one planned
         - {proxy: web-2, domain: pf-home-web-2-12345678, reason: "not healthy"}
     replaceTimeout: 600           # the box's deadline for a new VM (default: none)
+    deletesLeft: 1                # what the box's delete window still allows (default: no window)
+    deletesWhy: "..."             # the reason a delete beyond it is blocked with
 
 A domain may carry ``reason`` (libvirt's state reason: crashed, failed,
 panicked), ``vcpus`` and ``memory`` (MiB, as the running domain has them now),

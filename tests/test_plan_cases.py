@@ -82,7 +82,11 @@ def test_plan_case(path: Path) -> None:
     repo = build_repo(case.get("fleet"), case.get("proxies") or [])
     inventory = build_inventory(repo, case.get("inventory"), case.get("baseSizes"))
     history = build_history(inventory, case.get("history"))
-    limits = Limits(replace_timeout=case.get("replaceTimeout"))
+    limits = Limits(
+        replace_timeout=case.get("replaceTimeout"),
+        deletes_left=case.get("deletesLeft"),
+        deletes_why=case.get("deletesWhy", ""),
+    )
     result = _step(repo, inventory, case.get("expect") or [], history, limits)
     _assert_halts(result, case)
     fleet, then = case.get("fleet"), case.get("then")
@@ -91,7 +95,11 @@ def test_plan_case(path: Path) -> None:
         fleet = then.get("fleet", fleet)
         repo = build_repo(fleet, then.get("proxies") or [])
         history = build_history(inventory, then["history"]) if "history" in then else None
-        limits = Limits(replace_timeout=then.get("replaceTimeout", limits.replace_timeout))
+        limits = dataclasses.replace(
+            limits,
+            replace_timeout=then.get("replaceTimeout", limits.replace_timeout),
+            deletes_left=then.get("deletesLeft", limits.deletes_left),
+        )
         result = _step(repo, inventory, then.get("expect") or [], history, limits)
         _assert_halts(result, then)
         then = then.get("then")

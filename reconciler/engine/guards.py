@@ -18,14 +18,14 @@ observed VMs) and stop the cycle before the plan is carried out.
   it asks for. Only with ``prune`` (else nothing is deleted); protected VMs
   (never deleted) do not count.
 - **Delete window**: ``maxDeletesPerRun`` holds per ``deleteWindowSeconds``,
-  not only per run. Deletes (and replaces, whose second half is a delete) are
-  recorded in the state dir, so a crash loop, whose every startup is a run,
-  cannot multiply them; the excess becomes BLOCKED actions.
+  not only per run. Deletes are recorded in the state dir, so a crash loop,
+  whose every startup is a run, cannot multiply them. What the window still
+  allows goes into the planner (``DeleteWindow.left``, a ``Limits`` field),
+  the one place that blocks the excess.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -34,17 +34,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from reconciler.core.plan.vms import block
 from reconciler.errors import PermanentError
-from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model import ActionKind, Repo
 from reconciler.model.inventory import Inventory
-from reconciler.model.plan import Action
 from reconciler.model.report import ActionOutcome, ActionResult
 
 log = logging.getLogger(__name__)
 
-DELETING = (ActionKind.DELETE, ActionKind.REPLACE)
-"""Actions that delete a VM (a replace deletes the old one once the new one runs)."""
+DELETING = (ActionKind.DELETE,)
+"""Actions that delete a VM (a replace deletes nothing: its old VM goes by a later delete)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,19 +159,15 @@ class DeleteWindow:
         since = self._clock() - self._window
         return [t for t in times if t > since]
 
-    def limit(self, plan: Plan, max_deletes: int) -> Plan:
-        """``plan`` with the deletes past the window's budget turned into BLOCKED actions."""
+    def left(self, max_deletes: int) -> tuple[int, str]:
+        """Deletes the window still allows under ``max_deletes``, and the reason a delete
+        beyond them is blocked with (an unreadable record allows none)."""
         recent = self.recent()
-        budget = 0 if recent is None else max(0, max_deletes - len(recent))
-        actions: list[Action] = []
-        for action in plan.actions:
-            if action.kind in DELETING:
-                if budget > 0:
-                    budget -= 1
-                else:
-                    action = _blocked(action, max_deletes, self._window, unreadable=recent is None)
-            actions.append(action)
-        return dataclasses.replace(plan, actions=tuple(actions))
+        if recent is None:
+            return 0, "the record of recent deletes is unreadable; deletes wait until it is fixed"
+        seconds = int(self._window.total_seconds())
+        why = f"deletes beyond maxDeletesPerRun ({max_deletes}) within {seconds} s"
+        return max(0, max_deletes - len(recent)), why
 
     def record(self, outcomes: Sequence[ActionOutcome]) -> None:
         """Add the deletes and replaces that ran (succeeded or failed: they may have acted)."""
@@ -195,12 +189,3 @@ class DeleteWindow:
             os.replace(temporary, self._path)
         except OSError as exc:
             log.error("Cannot record deletes in %s: %s", self._path, exc)
-
-
-def _blocked(action: Action, max_deletes: int, window: timedelta, *, unreadable: bool) -> Action:
-    seconds = int(window.total_seconds())
-    if unreadable:
-        reason = "the record of recent deletes is unreadable; deletes wait until it is fixed"
-    else:
-        reason = f"deletes beyond maxDeletesPerRun ({max_deletes}) within {seconds} s"
-    return block(action, reason)

@@ -181,11 +181,13 @@ class Engine:
             )
         kept = self.history.load()
         now = self.runtime.clock()
-        limits = Limits(replace_timeout=self.settings.replace_timeout)
+        left, why = self.deletes.left(repo.fleet.policy.max_deletes_per_run)
+        limits = Limits(
+            replace_timeout=self.settings.replace_timeout, deletes_left=left, deletes_why=why
+        )
         plan = make_plan(
             repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
         )
-        plan = self.deletes.limit(plan, repo.fleet.policy.max_deletes_per_run)
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
 

@@ -148,7 +148,9 @@ class _Planner:
             in_flight=self.in_flight,
             halted=tuple(sorted(self.halts)),
         )
-        gated = gate_deletes(paced, has_proxies=bool(self.repo.proxies), policy=self.policy)
+        gated = gate_deletes(
+            paced, has_proxies=bool(self.repo.proxies), policy=self.policy, limits=self.limits
+        )
         actions = record_protect(gated, vms=self.vms, manifests=self.manifests)
         actions.extend(
             leftover_cleanups(
