@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.git.source import Checkout, Source
-from reconciler.core.status.conditions import run_failed, stalled
+from reconciler.core.status.conditions import head_refused, run_failed, stalled
 from reconciler.engine.control import Finished, RunBoard
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
@@ -80,7 +80,11 @@ def source_cycle(
 
     A source that cannot give a revision makes a Stalled report naming why; a
     failed fetch reconciles the last good revision and lists the fetch error
-    among the report's problems. With ``leadership``, the fleet's lock is
+    among the report's problems. A refused head (not a fast-forward, or
+    ``verifyCommits``) keeps the fleet alive: the cycle reconciles the last
+    revision it accepted, and the report names the refused one (``refused``,
+    condition Stalled/SourceRefused); only with none accepted yet is it a
+    Stalled report that touches no host. With ``leadership``, the fleet's lock is
     claimed between the fetch and the engine: without it the cycle returns
     None and no host is touched. A repo that does not load claims the lock of
     the fleet id last seen (its Stalled report touches no host either way).
@@ -88,15 +92,26 @@ def source_cycle(
     pinned by the config; a repo naming another fleet is Stalled by the engine's guard).
     """
 
+    accepted: list[Checkout] = []  # the last checkout the source gave, in this process
+
     def cycle(stop: threading.Event) -> RunReport | None:
         started = clock()
+        refusal: SourceError | None = None
         try:
             checkout = source.sync()
+            accepted[:] = [checkout]
         except SourceError as exc:
-            reason = "SourceRefused" if exc.revision else "SourceUnavailable"
-            return source_stalled(
-                str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
-            )
+            if not exc.revision or not accepted:
+                reason = "SourceRefused" if exc.revision else "SourceUnavailable"
+                return source_stalled(
+                    str(exc),
+                    revision=exc.revision,
+                    started=started,
+                    reason=reason,
+                    finished=clock(),
+                )
+            refusal, checkout = exc, accepted[0]
+            log.warning("%s; reconciling the last accepted revision %s.", exc, checkout.revision)
         if leadership is not None:
             claimed = fleet or fleet_id(checkout.root) or leadership.fleet
             if claimed is not None and not leadership.claim(claimed):
@@ -106,6 +121,14 @@ def source_cycle(
         report = replace(report, started=min(started, report.started))
         if checkout.fetch_error:
             report = replace(report, problems=(checkout.fetch_error, *report.problems))
+        if refusal is not None:
+            message = f"{refusal}; the last accepted revision {checkout.revision[:12]} is applied"
+            report = replace(
+                report,
+                refused=refusal.revision,
+                problems=(str(refusal), *report.problems),
+                conditions=head_refused(report.conditions, message),
+            )
         return report
 
     return cycle

@@ -33,6 +33,19 @@ def stalled(reason: str, message: str) -> Conditions:
     )
 
 
+def head_refused(conditions: Conditions, message: str) -> Conditions:
+    """``conditions`` of a run of the last accepted revision, while the source refuses its
+    head: Stalled (SourceRefused) says so, and Ready is False for it until someone acts."""
+    found = []
+    for condition in conditions:
+        if condition.type == "Stalled" and not condition.status:
+            condition = Condition("Stalled", True, "SourceRefused", message)
+        elif condition.type == "Ready" and condition.status:
+            condition = Condition("Ready", False, "SourceRefused", message)
+        found.append(condition)
+    return tuple(found)
+
+
 def run_failed(message: str) -> Conditions:
     """The cycle itself failed (a bug, or something no adapter classified)."""
     return (
