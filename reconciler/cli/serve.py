@@ -270,9 +270,10 @@ def fleet_daemon(
     )
     cycle = source_cycle(
         source,
-        lambda root, rev: engine.reconcile_once(root, revision=rev),
+        lambda root, rev, *, loaded: engine.reconcile_once(root, revision=rev, loaded=loaded),
         leadership=leadership,
         fleet=settings.fleet if ring is not None else None,
+        load=engine.load,
     )
     try:
         parts = DaemonParts(

@@ -105,11 +105,19 @@ class Engine:
         self.last_inventory: Inventory | None = None
         """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
-    def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
-        """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
+    def load(self, root: Path) -> Repo:
+        """The repo at ``root``, read within this engine's limits and with its secrets; raises
+        InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
+        return load_repo(root, limits=self.read_limits, secrets=self.secrets)
+
+    def reconcile_once(
+        self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None
+    ) -> RunReport:
+        """One full cycle over the repo checked out at ``root`` (commit ``revision``);
+        ``loaded``: as ``load`` gave it (or its InvalidInput), None: loaded here."""
         started = self.runtime.clock()
         try:
-            prepared = self.prepare(root, revision=revision, started=started)
+            prepared = self.prepare(root, revision=revision, started=started, loaded=loaded)
             if isinstance(prepared, RunReport):
                 return prepared
             return self.finish(prepared)
@@ -131,7 +139,7 @@ class Engine:
         revision: str,
         started: datetime | None = None,
         gate: Callable[[], None] | None = None,
-        loaded: Repo | None = None,
+        loaded: Repo | InvalidInput | None = None,
     ) -> Prepared | RunReport:
         """Load, observe and plan. A repo that does not load gives a Stalled report.
 
@@ -139,15 +147,13 @@ class Engine:
         (``dial_ahead``) and ``gate`` runs, before anything is observed: ``apply`` takes
         the fleet lock there while the SSH handshakes run, and raises to stop.
         ``loaded``: the repo at ``root`` as the caller just loaded it with this engine's
-        ``read_limits`` and ``secrets`` (``apply``, which needed its fleet's name first);
-        None: loaded here."""
+        ``read_limits`` and ``secrets`` (``apply`` and the daemon's cycle, which needed its
+        fleet's name first), or the InvalidInput that load raised; None: loaded here."""
         started = started if started is not None else self.runtime.clock()
         try:
-            repo = (
-                loaded
-                if loaded is not None
-                else load_repo(root, limits=self.read_limits, secrets=self.secrets)
-            )
+            if isinstance(loaded, InvalidInput):
+                raise loaded
+            repo = loaded if loaded is not None else self.load(root)
         except InvalidInput as exc:
             problems = tuple(str(p) for p in exc.problems)
             log.error(
