@@ -77,6 +77,21 @@ def handover(keeper: OwnedVm, *, proxy: str, history: History, limits: Limits) -
     return Handover(False, f"{waiting}; rollout halted: {reason}", halt=found)
 
 
+def preference(vm: OwnedVm, history: History) -> tuple[bool, bool, bool, str, str]:
+    """Which of several VMs of one proxy is kept (the least first): a running one, then
+    one whose probe is not failing after it was healthy (a heal's booting successor beats
+    the VM it heals), then one not still booting with failed checks, then by name, host."""
+    record = history.record(vm.host, vm.name)
+    failing = record.failing_since is not None
+    return (
+        vm.state is not DomainState.RUNNING,
+        failing and record.healthy_once,
+        failing and not record.healthy_once,
+        vm.name,
+        vm.host,
+    )
+
+
 def _age(keeper: OwnedVm, now: datetime, failing_since: datetime | None) -> float | None:
     """Seconds since ``keeper`` was created (its metadata), else since its first failed
     check; None when neither is known."""

@@ -39,7 +39,7 @@ from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
-from reconciler.core.plan.handover import handover
+from reconciler.core.plan.handover import handover, preference
 from reconciler.core.plan.healing import Cure, judge, suspect_zones
 from reconciler.core.plan.keep import kept_vm_action
 from reconciler.core.plan.leftovers import leftover_cleanups
@@ -115,11 +115,8 @@ class _Planner:
         )
         self.suspect = suspect_zones(self._kept_running, history)
 
-    def _preference(self, vm: OwnedVm) -> tuple[bool, bool, str, str]:
-        """Which of several VMs of one proxy is kept: a running one first, then one whose
-        probe is not failing, then by name, host."""
-        failing = self.history.record(vm.host, vm.name).failing_since is not None
-        return (vm.state is not DomainState.RUNNING, failing, vm.name, vm.host)
+    def _preference(self, vm: OwnedVm) -> tuple[bool, bool, bool, str, str]:
+        return preference(vm, self.history)
 
     def _kept_running(self) -> dict[str, list[tuple[str, str] | None]]:
         """Zone -> each proxy's kept VM as (host, domain) when it runs, else None."""
