@@ -5,7 +5,8 @@ revision (halts of another revision are ignored: a new commit resumes the
 rollout); ``after_run`` folds the run's plan, outcomes and health checks into it:
 
 - a successful start counts as a restart of that VM (the last 20 are kept), and the VM
-  is starting again: its probe is judged once it has passed a check since;
+  is starting again: its probe is judged once it has passed a check since; a resume of a
+  paused VM (an I/O pause, a full pool) is neither: its guest never stopped;
 - a running proxy whose check failed is failing since the first such check,
   one that passed is failing no more and has been healthy once; a proxy whose
   health is unknown (host unreachable, not checked) changes nothing, except a
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from reconciler.model.history import Halt, History, VmRecord
-from reconciler.model.inventory import Inventory
+from reconciler.model.inventory import DomainState, Inventory
 from reconciler.model.plan import DomainRef, Start
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 
@@ -46,10 +47,18 @@ def after_run(
     now: datetime,
 ) -> History:
     records: dict[DomainRef, VmRecord] = dict(kept.vms)
+    paused = {
+        DomainRef(h.name, d.name)
+        for h in inventory.hosts
+        for d in h.domains
+        if d.state is DomainState.PAUSED
+    }
     for outcome in outcomes:
         action = outcome.action
         if isinstance(action, Start) and outcome.result is ActionResult.SUCCEEDED:
             ref = DomainRef(action.host or "", action.domain or "")
+            if ref in paused:
+                continue  # a resume (after an I/O pause): the guest never stopped
             record = records.get(ref, VmRecord())
             restarts = (*record.restarts, now)[-KEPT_RESTARTS:]
             # Started again, it is starting again: its boot is not a failing probe.

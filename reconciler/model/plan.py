@@ -171,12 +171,13 @@ class Create(Action):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Replace(Action):
-    """Make ``vm``, and delete ``replaces`` only once the new VM is healthy.
+    """Make ``vm`` beside ``replaces``, which a later plan deletes once the new VM passed a
+    health check (the run that makes it never waits for it).
 
-    ``batch`` is the rollout batch of the proxy's zone (1 first): the executor
-    starts batch n+1 only once every replace of batch n is healthy, and none
-    once one of them was not. ``heal`` marks a replace of a VM with an
-    unchanged spec (self-healing, a hand edit): it gets a new name.
+    ``batch`` is the rollout batch of the proxy's zone: always 1 in a plan (the
+    planner blocks the later batches' replaces until the earlier ones are done);
+    kept for ``plan --json``. ``heal`` marks a replace of a VM with an unchanged
+    spec (self-healing, a hand edit): it gets a new name.
     """
 
     kind: ClassVar[ActionKind] = ActionKind.REPLACE
