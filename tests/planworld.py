@@ -36,10 +36,15 @@ their input through here, so a case reads like the situation it describes
     history:                      # what earlier runs saw (day-2 rules), all optional
       vms:                        # by domain name on any host, or by proxy (its VM)
         web-1: {failingFor: 1000, healthyOnce: true, restarts: 2}
-      halt: {proxy: web-2, domain: pf-home-web-2-12345678, reason: "not healthy"}
+      halts:                      # of revision r1, the one planned
+        - {proxy: web-2, domain: pf-home-web-2-12345678, reason: "not healthy"}
+    replaceTimeout: 600           # the box's deadline for a new VM (default: none)
+    deletesLeft: 1                # what the box's delete window still allows (default: no window)
+    deletesWhy: "..."             # the reason a delete beyond it is blocked with
 
 A domain may carry ``reason`` (libvirt's state reason: crashed, failed,
-panicked), ``vcpus`` and ``memory`` (MiB, as the running domain has them now).
+panicked), ``vcpus`` and ``memory`` (MiB, as the running domain has them now),
+and ``createdAgo`` (seconds before ``NOW`` its metadata says it was created).
 A proxy may carry ``restartedAt`` (the proxyfleet.io/restartedAt annotation).
 The fleet's policy may carry ``rollout: {maxSurge: 1, maxUnavailable: "25%"}``.
 History times count back from a fixed ``NOW``; ``restarts`` were all 60 s ago.
@@ -172,8 +177,10 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def build_history(inventory: Inventory, raw: Mapping[str, Any] | None) -> History:
-    """The ``history`` of a case: records by domain name, or by proxy for its owned VMs."""
-    raw = raw or {}
+    """The ``history`` of a case: records by domain name, or by proxy for its owned VMs; none
+    (as ``proxyfleet plan`` has) when the case gives none."""
+    if raw is None:
+        return History()
     records = []
     for key, entry in (raw.get("vms") or {}).items():
         failing = entry.get("failingFor")
@@ -186,20 +193,18 @@ def build_history(inventory: Inventory, raw: Mapping[str, Any] | None) -> Histor
             for d in host.domains:
                 if d.name == key or (d.owner is not None and d.owner.proxy == key):
                     records.append((DomainRef(host.name, d.name), record))
-    halt = raw.get("halt")
-    return History(
-        now=NOW,
-        vms=tuple(records),
-        halt=Halt(
+    raw_halts = raw.get("halts") or ([raw["halt"]] if raw.get("halt") else [])
+    halts = tuple(
+        Halt(
             revision="r1",
             proxy=halt["proxy"],
             domain=halt.get("domain", ""),
             reason=halt.get("reason", "not healthy"),
             since=NOW,
         )
-        if halt
-        else None,
+        for halt in raw_halts
     )
+    return History(now=NOW, vms=tuple(records), halts=halts, revision="r1")
 
 
 def _host(raw: Mapping[str, Any]) -> Host:
@@ -334,6 +339,9 @@ def _domain(repo: Repo, host: str, raw: Mapping[str, Any]) -> Domain:
         image_sha256=image.sha256 or "",
         image_base="" if base in ("legacy", "none") else base,
     )
+    if "createdAgo" in raw:
+        created = NOW - timedelta(seconds=raw["createdAgo"])
+        owner = dataclasses.replace(owner, created=created.isoformat(timespec="seconds"))
     if base == "none":  # a record without any image
         owner = dataclasses.replace(owner, image_key="", image_sha256="")
     name = raw.get("name", domain_name(fleet, raw["proxy"], digest))

@@ -73,24 +73,27 @@ def test_an_image_update_replaces_the_vms_and_removes_the_old_base_a_cycle_later
     world.write("web-1", "web-2")
     world.forget()
 
-    report = world.cycle("r2")
+    done: list[tuple[ActionKind, ActionResult]] = []
+    for _ in range(10):  # runs act and return: replace, then the old VMs, then the old base
+        report = world.cycle("r2")
+        kinds = [(o.action.kind, o.result) for o in report.outcomes]
+        for outcome in report.outcomes:
+            if outcome.action.kind is ActionKind.CLEANUP:  # no VM of its host is on it now
+                assert OLD_BASE not in world.hosts[outcome.action.host or ""].overlays.values()
+        for outcome in report.outcomes:
+            if outcome.action.kind is ActionKind.REPLACE:  # its old VM still runs on the old base
+                assert {OLD_BASE, NEW_BASE} <= bases(world.hosts[outcome.action.host or ""])
+        done += kinds
+        if not kinds:
+            break
 
-    assert [(o.action.kind, o.result) for o in report.outcomes] == [
-        (ActionKind.REPLACE, ActionResult.SUCCEEDED)
-    ] * 2
+    assert done.count((ActionKind.REPLACE, ActionResult.SUCCEEDED)) == 2
+    assert done.count((ActionKind.CLEANUP, ActionResult.SUCCEEDED)) == len(on)
     for name in on:
         fake = world.hosts[name]
         assert Call("ensure_image", "debian-12") in fake.mutations
         assert set(fake.overlays.values()) == {NEW_BASE}
-        assert {OLD_BASE, NEW_BASE} <= bases(fake)  # planned before the old VMs went
-    world.forget()
-
-    report = world.cycle("r2")
-
-    assert {(o.action.kind, o.action.domain, o.result) for o in report.outcomes} == {
-        (ActionKind.CLEANUP, None, ActionResult.SUCCEEDED)
-    }
-    assert all(bases(world.hosts[h]) == {NEW_BASE, f"{NEW_BASE}.sha256"} for h in on)
+        assert bases(fake) == {NEW_BASE, f"{NEW_BASE}.sha256"}
     world.forget()
     assert world.cycle("r2").outcomes == ()
     assert world.mutations() == []

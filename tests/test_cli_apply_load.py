@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from loadcount import count_loads
 from lockprocs import fleet_files
 
 from reconciler.cli import main
-from reconciler.core.load.manifests import load_repo
-from reconciler.model import Repo
 
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every load of a repo by apply or its engine, by root."""
-    seen: list[Path] = []
-
-    def load(root: Path, **kwargs: Any) -> Repo:
-        seen.append(root)
-        return load_repo(root, **kwargs)
-
-    for module in ("cli.apply", "engine.reconcile", "engine.leadership"):  # fleet_id's
-        monkeypatch.setattr(f"reconciler.{module}.load_repo", load)
-    return seen
+    return count_loads(monkeypatch, "cli.apply", "engine.reconcile", "engine.leadership")
 
 
 def repo(tmp_path: Path, files: dict[str, str]) -> Path:

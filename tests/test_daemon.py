@@ -208,6 +208,45 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
     assert seen == [False, False, True]
 
 
+def test_a_refused_head_after_an_accepted_one_keeps_reconciling_the_accepted_revision(
+    tmp_path: Path,
+) -> None:
+    from reports import report
+
+    from reconciler.adapters.git.fakesource import FakeSource
+    from reconciler.adapters.surface.metrics import Metrics
+    from reconciler.engine.daemon import source_cycle
+
+    fake = FakeSource(tmp_path, revision="a" * 40)
+    calls: list[tuple[Path, str]] = []
+
+    def reconcile(root: Path, revision: str) -> object:
+        calls.append((root, revision))
+        return report(revision=revision)
+
+    cycle = source_cycle(fake, reconcile)  # type: ignore[arg-type]
+    cycle(threading.Event())
+    fake.revision, fake.error = "b" * 40, "head bbbb does not descend from the last revision aaaa"
+
+    kept = cycle(threading.Event())
+
+    assert calls == [(tmp_path, "a" * 40)] * 2  # healing, probes and status go on
+    assert (kept.revision, kept.refused) == ("a" * 40, "b" * 40)
+    assert kept.problems[0] == "head bbbb does not descend from the last revision aaaa"
+    conditions = {c.type: c for c in kept.conditions}
+    assert (conditions["Stalled"].status, conditions["Stalled"].reason) == (True, "SourceRefused")
+    assert "the last accepted revision aaaaaaaaaaaa is applied" in conditions["Stalled"].message
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == (False, "SourceRefused")
+    metrics = Metrics()
+    metrics.record(kept)
+    text = metrics.exposition().decode()
+    assert f'proxyfleet_source_revision_info{{revision="{"a" * 40}"}} 1.0' in text
+    assert f'proxyfleet_source_refused_info{{revision="{"b" * 40}"}} 1.0' in text
+    fake.revision, fake.error = "c" * 40, ""
+    metrics.record(cycle(threading.Event()))
+    assert "proxyfleet_source_refused_info{" not in metrics.exposition().decode()
+
+
 def test_hung_after_seconds_decides_when_a_cycle_is_hung_once_three_intervals_are_shorter(
     settings: DaemonSettings,
 ) -> None:

@@ -80,7 +80,9 @@ def test_a_crashed_vm_is_started_again_and_replaced_once_it_keeps_crashing(world
     assert isinstance(outcome.action, Replace) and outcome.action.heal
     assert outcome.result is ActionResult.SUCCEEDED
     assert "after 3 restart(s)" in outcome.action.reason
-    assert vms_of(world, "web-1") == [outcome.action.domain] and outcome.action.domain != old
+    assert outcome.action.domain != old and old in vms_of(world, "web-1")
+    world.cycle()  # the new VM passed its check: the old one goes
+    assert vms_of(world, "web-1") == [outcome.action.domain]
 
 
 def test_a_proxy_failing_its_probe_past_replace_after_is_replaced_and_not_before(
@@ -98,6 +100,7 @@ def test_a_proxy_failing_its_probe_past_replace_after_is_replaced_and_not_before
     (outcome,) = report.outcomes
     assert isinstance(outcome.action, Replace) and outcome.action.replaces.domain == domain
     assert outcome.result is ActionResult.SUCCEEDED
+    world.cycle()  # the new VM passed its check: the old one goes
     assert vms_of(world, "web-2") == [outcome.action.domain]
 
 
@@ -127,10 +130,12 @@ def test_a_heal_whose_new_vm_gets_healthy_after_the_halt_deletes_the_old_vm(
     world.prober.healthy_only = served  # web-2's VM fails, and so does its replacement
     world.cycle()
     world.time.sleep(901)
-    halted = world.cycle()
-    (outcome,) = halted.outcomes
-    assert isinstance(outcome.action, Replace) and outcome.halts
+    (outcome,) = world.cycle().outcomes  # the heal: a new VM, and the run returns
+    assert isinstance(outcome.action, Replace) and outcome.result is ActionResult.SUCCEEDED
     new = outcome.action.domain
+    world.time.sleep(601)  # past the replace timeout, its checks failing
+    halted = world.cycle()
+    assert [h.proxy for h in halted.halts] == ["web-2"] and halted.outcomes == ()
     assert new is not None and vms_of(world, "web-2") == sorted([old, new])
 
     world.prober.healthy_only = None  # the new VM has finished booting
@@ -169,14 +174,25 @@ def test_a_rollout_to_a_broken_spec_halts_after_its_first_batch_and_a_revert_rec
 
     report = world.cycle("r2")
 
-    results = [(o.action.proxy, o.result, o.halts) for o in report.outcomes]
-    assert results == [
-        ("web-1", ActionResult.FAILED, True),
-        ("web-2", ActionResult.SKIPPED, False),
-        ("web-3", ActionResult.SKIPPED, False),
-    ]
+    results = [(o.action.proxy, o.result) for o in report.outcomes]
+    assert results == [("web-1", ActionResult.SUCCEEDED)]  # batch 1 made; the run returns
+    assert report.plan is not None
+    waiting = [a for a in report.plan.actions if isinstance(a, Blocked)]
+    assert {a.proxy for a in waiting if "batch 2" in a.reason or "batch 3" in a.reason} == {
+        "web-2",
+        "web-3",
+    }
+    world.time.sleep(601)  # the new VM never passes: its deadline passes
+    report = world.cycle("r2")
+
+    assert report.outcomes == ()
     assert "RolloutHalted" in conditions(report)
-    assert report.halt is not None and report.halt.proxy == "web-1"
+    halted_message = conditions(report)["RolloutHalted"]
+    assert "rollout of r2 halted: web-1 failed its health check" in halted_message
+    assert [h.proxy for h in report.halts] == ["web-1"]
+    web1 = next(p for p in report.proxies if p.name == "web-1")
+    assert web1.domain == before["web-1"][0] and web1.health.value == "healthy"
+    assert "served by its old VM" in web1.detail
     for proxy in ("web-2", "web-3"):
         assert vms_of(world, proxy) == before[proxy]
     assert set(before["web-1"]) < set(vms_of(world, "web-1"))
@@ -194,7 +210,8 @@ def test_a_rollout_to_a_broken_spec_halts_after_its_first_batch_and_a_revert_rec
     assert again.outcomes == ()
     assert again.plan is not None
     halted = [a for a in again.plan.actions if isinstance(a, Blocked)]
-    assert {a.proxy for a in halted if "rollout halted" in a.reason} == {"web-2", "web-3"}
+    stopped = {a.proxy for a in halted if a.blocks.value == "replace" and "halted" in a.reason}
+    assert stopped == {"web-2", "web-3"}
     assert "RolloutHalted" in conditions(again)
 
     world.write("web-1", "web-2", "web-3")  # the revert

@@ -390,63 +390,17 @@ def test_deleting_a_domain_that_is_already_gone_counts_as_done() -> None:
     assert host.calls == [("delete", "pf-home-gone-12345678")]
 
 
-def test_replace_deletes_the_old_vm_only_after_the_new_one_answers_its_health_check() -> None:
+def test_a_replace_creates_the_new_vm_and_returns_without_waiting_or_deleting() -> None:
     run, host = one_host_run("a")
     old = old_vm(host, "a")
-    host.addresses_of["pf-home-a-dddddddd"] = ()  # no IP for the first two looks
-    looks = []
-
-    def give_ip_late(method: str, target: str) -> None:
-        if method == "addresses" and target == "pf-home-a-dddddddd":
-            looks.append(target)
-            if len(looks) == 3:
-                host.addresses_of[target] = ("192.0.2.77",)
-
-    host.on_call = give_ip_late
+    host.auto_ip = False  # a guest that takes minutes to boot
 
     (outcome,) = run.execute(replace("a"))
 
     assert outcome.result is ActionResult.SUCCEEDED
-    calls = [c for c in host.calls if c[0] != "ensure_image"]
-    assert calls == [
-        ("create", "pf-home-a-dddddddd"),
-        ("addresses", "pf-home-a-dddddddd"),
-        ("addresses", "pf-home-a-dddddddd"),
-        ("addresses", "pf-home-a-dddddddd"),
-        ("delete", old),
-    ]
-    assert run.prober.calls == ["192.0.2.77"]
-    assert set(host.domains) == {"pf-home-a-dddddddd"}
-
-
-def test_an_unhealthy_replacement_keeps_the_old_vm_and_the_outcome_says_why() -> None:
-    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=60, poll_interval=5))
-    old = old_vm(host, "a")
-    host.addresses_of["pf-home-a-dddddddd"] = ("192.0.2.50",)
-    run.prober.unhealthy.add("192.0.2.50")
-
-    (outcome,) = run.execute(replace("a"))
-
-    assert outcome.result is ActionResult.FAILED
-    assert "did not become healthy within 60 s" in outcome.error
-    assert "HTTP 503" in outcome.error
-    assert f"old VM {old} on kvm01 kept" in outcome.error
-    assert ("delete", old) not in host.calls
-    assert old in host.domains
-    assert 55 <= run.time.elapsed <= 60
-
-
-def test_a_replacement_that_never_gets_an_ip_keeps_the_old_vm() -> None:
-    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=30, poll_interval=10))
-    old = old_vm(host, "a")
-    host.auto_ip = False
-
-    (outcome,) = run.execute(replace("a"))
-
-    assert outcome.result is ActionResult.FAILED
-    assert "no IP address yet" in outcome.error
-    assert old in host.domains
-    assert host.mutating_calls()[-1] == ("create", "pf-home-a-dddddddd")
+    assert [c for c in host.calls if c[0] != "ensure_image"] == [("create", "pf-home-a-dddddddd")]
+    assert run.prober.calls == [] and run.time.elapsed == 0
+    assert {old, "pf-home-a-dddddddd"} <= set(host.domains)
 
 
 def test_a_replacement_that_cannot_be_created_never_touches_the_old_vm() -> None:
@@ -473,9 +427,10 @@ def second_step(host: LocalFakeHost, proxy: str) -> tuple[Action, Action]:
     return keep, Delete(reason=why, proxy=proxy, host="kvm01", domain=old, keeper=keeper)
 
 
-def test_the_second_step_of_a_replace_keeps_the_old_vm_while_the_new_one_is_unhealthy() -> None:
+def test_the_second_step_keeps_the_old_vm_when_the_new_one_fails_its_one_look() -> None:
     # Seen on the lab: a replace failed (new VM not healthy in time, old kept) and the next
     # run's second step deleted the old, working VM because the new one was merely running.
+    # The planner plans the delete once a check passed; the executor looks once more, no wait.
     run, host = one_host_run("a", settings=ApplySettings(replace_timeout=60, poll_interval=5))
     keep, delete = second_step(host, "a")
     run.prober.unhealthy.add("192.0.2.60")
@@ -483,10 +438,23 @@ def test_the_second_step_of_a_replace_keeps_the_old_vm_while_the_new_one_is_unhe
     (outcome,) = run.execute(keep, delete)
 
     assert outcome.result is ActionResult.FAILED
-    assert "pf-home-a-dddddddd on kvm01, which stays for a, did not become healthy" in outcome.error
+    stays = "pf-home-a-dddddddd on kvm01, which stays for a, failed its health check"
+    assert stays in outcome.error
     assert f"{delete.domain} kept" in outcome.error
     assert delete.domain in host.domains and host.mutating_calls() == []
-    assert 55 <= run.time.elapsed <= 60
+    assert run.time.elapsed == 0
+
+
+def test_the_second_step_of_a_replace_keeps_the_old_vm_when_the_new_one_is_gone() -> None:
+    run, host = one_host_run("a")
+    keep, delete = second_step(host, "a")
+    del host.domains["pf-home-a-dddddddd"]
+
+    (outcome,) = run.execute(keep, delete)
+
+    assert outcome.result is ActionResult.FAILED
+    assert "pf-home-a-dddddddd on kvm01, which stays for a, is gone" in outcome.error
+    assert delete.domain in host.domains
 
 
 def test_the_second_step_of_a_replace_deletes_the_old_vm_once_the_new_one_is_healthy() -> None:
@@ -559,77 +527,3 @@ def test_cloud_init_content_never_reaches_the_log(caplog: pytest.LogCaptureFixtu
 
     assert "hunter2" not in caplog.text
     assert all("hunter2" not in str(r.args) for r in caplog.records)
-
-
-def batch_replace(proxy: str, batch: int) -> Action:
-    return dataclasses.replace(replace(proxy), batch=batch)  # type: ignore[type-var]
-
-
-def test_a_rollout_batch_starts_only_after_every_replace_of_the_one_before_is_done() -> None:
-    run, host = one_host_run("a", "b", "c")
-    olds = {p: old_vm(host, p) for p in ("a", "b", "c")}
-
-    outcomes = run.execute(batch_replace("c", 2), batch_replace("a", 1), batch_replace("b", 1))
-
-    assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 3
-    mutations = [(m, t) for m, t in host.calls if m in ("create", "delete")]
-    assert mutations.index(("delete", olds["a"])) < mutations.index(
-        ("create", "pf-home-c-dddddddd")
-    )
-    assert mutations.index(("delete", olds["b"])) < mutations.index(
-        ("create", "pf-home-c-dddddddd")
-    )
-
-
-def test_a_new_vm_that_fails_its_health_gate_halts_the_rollout_and_later_batches_wait() -> None:
-    run, host = one_host_run(
-        "a", "b", "c", settings=ApplySettings(replace_timeout=30, poll_interval=10)
-    )
-    olds = {p: old_vm(host, p) for p in ("a", "b", "c")}
-    host.addresses_of["pf-home-a-dddddddd"] = ("192.0.2.50",)
-    run.prober.unhealthy.add("192.0.2.50")
-
-    first, second, third = run.execute(
-        batch_replace("a", 1), batch_replace("b", 1), batch_replace("c", 2)
-    )
-
-    assert (first.result, first.halts) == (ActionResult.FAILED, True)
-    assert "did not become healthy within 30 s" in first.error
-    assert (second.result, second.halts) == (ActionResult.SUCCEEDED, False)
-    assert third.result is ActionResult.SKIPPED
-    assert "rollout halted (a's replace failed in batch 1)" in third.error
-    assert ("create", "pf-home-c-dddddddd") not in host.calls
-    assert olds["a"] in host.domains and olds["c"] in host.domains
-    assert olds["b"] not in host.domains
-
-
-def test_a_replace_failing_for_a_host_error_stops_later_batches_but_halts_nothing() -> None:
-    run, host = one_host_run("a", "b")
-    old_vm(host, "a")
-    old_vm(host, "b")
-    host.failures[("create", "*")] = [PermanentError("pool is gone")]
-
-    first, second = run.execute(batch_replace("a", 1), batch_replace("b", 2))
-
-    assert (first.result, first.halts) == (ActionResult.FAILED, False)
-    assert second.result is ActionResult.SKIPPED
-
-
-def test_a_new_vm_deleted_by_someone_else_while_waiting_is_named_so_and_halts_nothing() -> None:
-    run, host = one_host_run("a", settings=ApplySettings(replace_timeout=600, poll_interval=5))
-    old = old_vm(host, "a")
-    host.auto_ip = False
-
-    def delete_it(method: str, target: str) -> None:
-        if method == "addresses" and target == "pf-home-a-dddddddd":
-            host.domains.pop(target, None)
-
-    host.on_call = delete_it
-
-    (outcome,) = run.execute(replace("a"))
-
-    assert (outcome.result, outcome.halts) == (ActionResult.FAILED, False)
-    assert "was deleted by someone else while waiting for its health check" in outcome.error
-    assert "did not become healthy" not in outcome.error
-    assert old in host.domains
-    assert run.time.elapsed < 600

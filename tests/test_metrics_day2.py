@@ -32,7 +32,7 @@ def test_a_halted_rollout_and_a_suspect_zone_are_exported_and_go_to_0_in_the_nex
     assert bad.plan is not None
     bad = replace(
         bad,
-        halt=HALT,
+        halts=(HALT,),
         plan=replace(
             bad.plan,
             suspect_zones=("east",),

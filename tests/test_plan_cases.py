@@ -31,6 +31,7 @@ from reconciler.core.naming import domain_name, resolve_image, volume_domain
 from reconciler.core.plan.planner import plan
 from reconciler.model import Action, ActionKind, HostInventory, Inventory, Owner, Plan, Repo
 from reconciler.model.history import History
+from reconciler.model.limits import Limits
 from reconciler.model.plan import (
     Blocked,
     Cleanup,
@@ -81,16 +82,35 @@ def test_plan_case(path: Path) -> None:
     repo = build_repo(case.get("fleet"), case.get("proxies") or [])
     inventory = build_inventory(repo, case.get("inventory"), case.get("baseSizes"))
     history = build_history(inventory, case.get("history"))
-    result = _step(repo, inventory, case.get("expect") or [], history)
-    if "suspectZones" in case:
-        assert list(result.suspect_zones) == case["suspectZones"]
+    limits = Limits(
+        replace_timeout=case.get("replaceTimeout"),
+        deletes_left=case.get("deletesLeft"),
+        deletes_why=case.get("deletesWhy", ""),
+    )
+    result = _step(repo, inventory, case.get("expect") or [], history, limits)
+    _assert_halts(result, case)
     fleet, then = case.get("fleet"), case.get("then")
     while then is not None:
         inventory = apply_plan(repo, inventory, result, healthy=then.get("healthy", False))
         fleet = then.get("fleet", fleet)
         repo = build_repo(fleet, then.get("proxies") or [])
-        result = _step(repo, inventory, then.get("expect") or [])
+        history = build_history(inventory, then["history"]) if "history" in then else None
+        limits = dataclasses.replace(
+            limits,
+            replace_timeout=then.get("replaceTimeout", limits.replace_timeout),
+            deletes_left=then.get("deletesLeft", limits.deletes_left),
+        )
+        result = _step(repo, inventory, then.get("expect") or [], history, limits)
+        _assert_halts(result, then)
         then = then.get("then")
+
+
+def _assert_halts(result: Plan, case: dict[str, Any]) -> None:
+    """``suspectZones`` and ``halts`` (the proxies whose new VM failed), when the case says."""
+    if "suspectZones" in case:
+        assert list(result.suspect_zones) == case["suspectZones"]
+    if "halts" in case:
+        assert [h.proxy for h in result.halts] == case["halts"]
 
 
 def _step(
@@ -98,9 +118,10 @@ def _step(
     inventory: Inventory,
     expected: list[dict[str, Any]],
     history: History | None = None,
+    limits: Limits | None = None,
 ) -> Plan:
-    result = plan(repo, inventory, history)
-    _assert_invariants(repo, inventory, result, history)
+    result = plan(repo, inventory, history, limits)
+    _assert_invariants(repo, inventory, result, history, limits)
     got = [_render(a) for a in result.actions]
     assert len(result.actions) == len(expected), "\n".join(got)
     for action, want in zip(result.actions, expected, strict=True):
@@ -161,7 +182,11 @@ def _owner(action: Action) -> Owner | None:
 
 
 def _assert_invariants(
-    repo: Repo, inventory: Inventory, result: Plan, history: History | None = None
+    repo: Repo,
+    inventory: Inventory,
+    result: Plan,
+    history: History | None = None,
+    limits: Limits | None = None,
 ) -> None:
     reachable = {h.name for h in inventory.hosts if h.reachable}
     for a in result.actions:
@@ -188,14 +213,14 @@ def _assert_invariants(
         if isinstance(a, Blocked) and a.blocks is not ActionKind.CLEANUP:
             assert not a.volumes, f"{a} carries volumes"
     # Deterministic, whatever order the inventory lists hosts and domains in.
-    assert plan(repo, inventory, history) == result
+    assert plan(repo, inventory, history, limits) == result
     shuffle = random.Random(7)
     shuffled = [
         dataclasses.replace(h, domains=tuple(shuffle.sample(h.domains, len(h.domains))))
         for h in reversed(inventory.hosts)
     ]
     reordered = Inventory(hosts=tuple(shuffled), base_sizes=inventory.base_sizes[::-1])
-    assert plan(repo, reordered, history) == result
+    assert plan(repo, reordered, history, limits) == result
 
 
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:

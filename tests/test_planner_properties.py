@@ -35,10 +35,12 @@ from reconciler.model import (
     Repo,
 )
 from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.limits import Limits
 from reconciler.model.plan import (
     MUTATING,
     Cleanup,
     Create,
+    Delete,
     Relabel,
     Replace,
     blocked_kind,
@@ -222,8 +224,7 @@ def test_every_safety_rule_holds_in_any_world(world: tuple[Repo, Inventory]) -> 
     if policy.suspend:
         assert not set(kinds) & set(MUTATING)
     deletes = [a for a in actions if a.kind is ActionKind.DELETE]
-    replaces = [a for a in actions if a.kind is ActionKind.REPLACE]
-    assert len(deletes) + len(replaces) <= policy.max_deletes_per_run
+    assert len(deletes) <= policy.max_deletes_per_run  # a replace deletes nothing in its run
     if not repo.proxies and not policy.allow_empty:
         assert not deletes
     owners = {
@@ -428,10 +429,11 @@ def day2_worlds(draw: Callable[..., Any]) -> tuple[Repo, Inventory, History]:
                     )
                 )
         hosts.append(dataclasses.replace(host, domains=tuple(domains)))
-    halt = None
+    halts: tuple[Halt, ...] = ()
     if repo.proxies and draw(st.integers(0, 3)) == 0:
-        halt = Halt("r1", repo.proxies[0].name, "pf-home-x-00000000", "not healthy", NOW)
-    return repo, Inventory(hosts=tuple(hosts)), History(now=NOW, vms=tuple(records), halt=halt)
+        halts = (Halt("r1", repo.proxies[0].name, "pf-home-x-00000000", "not healthy", NOW),)
+    history = History(now=NOW, vms=tuple(records), halts=halts, revision="r1")
+    return repo, Inventory(hosts=tuple(hosts)), history
 
 
 def _zone_sizes(repo: Repo) -> Counter[str]:
@@ -445,23 +447,23 @@ def test_a_rollout_batch_never_holds_more_replaces_of_a_zone_than_its_batch_size
 ) -> None:
     repo, inventory, history = world
     zone_of = {p.name: p.placement.zone for p in repo.proxies}
-    per_batch: Counter[tuple[str, int]] = Counter()
+    per_zone: Counter[str] = Counter()
     for action in plan(repo, inventory, history).actions:
         if isinstance(action, Replace):
-            per_batch[(zone_of[action.proxy or ""], action.batch)] += 1
+            assert action.batch == 1  # later batches wait, blocked, for a later plan
+            per_zone[zone_of[action.proxy or ""]] += 1
     sizes = _zone_sizes(repo)
-    for (zone, batch), count in per_batch.items():
-        assert batch >= 1
-        assert count <= repo.fleet.policy.rollout.batch_size(sizes[zone]), (zone, batch)
+    for zone, count in per_zone.items():
+        assert count <= repo.fleet.policy.rollout.batch_size(sizes[zone]), zone
 
 
 @EXAMPLES
 @given(day2_worlds())
 def test_a_halted_rollout_plans_no_replace(world: tuple[Repo, Inventory, History]) -> None:
     repo, inventory, history = world
-    if history.halt is None:
+    if not history.halts:
         history = dataclasses.replace(
-            history, halt=Halt("r1", "web-1", "pf-home-web-1-00000000", "no IP", NOW)
+            history, halts=(Halt("r1", "web-1", "pf-home-web-1-00000000", "no IP", NOW),)
         )
     result = plan(repo, inventory, history)
     assert not [a for a in result.actions if isinstance(a, Replace)]
@@ -495,3 +497,15 @@ def test_self_healing_never_replaces_a_failing_vm_when_half_its_zone_fails_at_on
             zone = repo.proxy(action.proxy or "").placement.zone  # type: ignore[union-attr]
             failing = failing_by_zone[zone]
             assert not (failing >= 2 and 2 * failing >= sizes[zone]), action
+
+
+@EXAMPLES
+@given(day2_worlds())
+def test_no_old_vm_is_planned_for_delete_before_its_successor_passed_a_check(
+    world: tuple[Repo, Inventory, History],
+) -> None:
+    repo, inventory, history = world
+    for action in plan(repo, inventory, history, Limits(replace_timeout=600)).actions:
+        if isinstance(action, Delete) and action.keeper is not None:
+            record = history.record(action.keeper.host, action.keeper.domain)
+            assert record.healthy_once and record.failing_since is None, action

@@ -137,15 +137,25 @@ def test_a_changed_spec_replaces_each_vm_new_one_first_and_the_next_cycle_is_qui
 
     report = fleet.cycle("rev2")
 
-    host, new_domain = fleet.where("web-1")
+    host, new_domain = next(
+        (h, d.name)
+        for h, hv in fleet.hosts.items()
+        for d in hv.domains.values()
+        if d.owner is not None and d.owner.proxy == "web-1" and d.owner.revision == "rev2"
+    )
     assert host == old["web-1"][0]
     assert new_domain != old["web-1"][1]
-    assert old["web-1"][1] not in fleet.hosts[host].domains
+    assert old["web-1"][1] in fleet.hosts[host].domains  # the run does not wait for the new one
     calls = [c for c in fleet.hosts[host].calls if c[0] in ("create", "delete")]
-    assert calls == [("create", new_domain), ("delete", old["web-1"][1])]
+    assert calls == [("create", new_domain)]
     assert [o.action.kind for o in report.outcomes] == [ActionKind.REPLACE]
     assert report.result is RunResult.SUCCESS
     assert fleet.hosts[host].domains[new_domain].owner.revision == "rev2"  # type: ignore[union-attr]
+
+    fleet.forget_calls()
+    fleet.cycle("rev2")  # the new VM passed its check in the run before: the old one goes
+    assert [c for c in fleet.hosts[host].calls if c[0] == "delete"] == [("delete", old["web-1"][1])]
+    assert old["web-1"][1] not in fleet.hosts[host].domains
 
     fleet.forget_calls()
     fleet.cycle("rev2")
@@ -214,7 +224,9 @@ def test_the_pool_keeps_connections_across_cycles_and_closes_those_of_removed_ho
 
 
 def test_a_replacement_that_never_gets_healthy_leaves_the_old_vm_serving(fleet: Fleet) -> None:
-    fleet.engine.settings = ApplySettings(replace_timeout=60, observe_timeout=2.0)
+    fleet.engine.settings = ApplySettings(
+        replace_timeout=60, observe_timeout=2.0, ip_wait_timeout=0.0
+    )
     fleet.cycle()
     host, old = fleet.where("web-1")
     text = (fleet.root / "proxies.yaml").read_text().replace("hostname: web-1", "hostname: w1")
@@ -223,13 +235,23 @@ def test_a_replacement_that_never_gets_healthy_leaves_the_old_vm_serving(fleet: 
 
     report = fleet.cycle("rev2")
 
-    assert old in fleet.hosts[host].domains
     (outcome,) = report.outcomes
-    assert outcome.result is ActionResult.FAILED
+    assert outcome.result is ActionResult.SUCCEEDED  # created; nothing waited for its boot
     web1 = next(p for p in report.proxies if p.name == "web-1")
     assert (web1.domain, web1.state, web1.health) == (old, "running", Health.HEALTHY)
-    assert "did not become healthy within 60 s" in web1.detail
-    assert condition(report, "Ready") == (False, "ActionsFailed")
+    assert "served by its old VM; new VM" in web1.detail and "no IP address yet" in web1.detail
+    assert "web-1" in report.settling
+
+    fleet.time.sleep(61)
+    for _ in range(2):  # past the deadline, once a check of its own failed: halted
+        report = fleet.cycle("rev2")
+
+    assert old in fleet.hosts[host].domains
+    assert [h.proxy for h in report.halts] == ["web-1"]
+    assert condition(report, "RolloutHalted")[1] == "NewVmUnhealthy"
+    web1 = next(p for p in report.proxies if p.name == "web-1")
+    assert (web1.domain, web1.health) == (old, Health.HEALTHY)
+    assert condition(report, "Reconciling") == (False, "RolloutHalted")
 
 
 def test_the_check_waits_for_the_ip_of_a_vm_created_in_this_run(fleet: Fleet) -> None:

@@ -212,8 +212,10 @@ def test_a_secret_value_appears_in_the_seed_and_in_no_output_log_status_or_metri
     run.rotate(second)
     replaced = run.plan(capsys)
     actions = replaced["actions"]
-    assert sorted(a["action"] for a in actions) == ["replace", "replace"]  # type: ignore[union-attr,index]
-    run.daemon_cycle("rev2")
+    # One replace per zone at a time: the second waits, blocked, for a later run.
+    assert sorted(a["action"] for a in actions) == ["blocked", "replace"]  # type: ignore[union-attr,index]
+    for _ in range(4):  # replace, delete its old VM, the next replace, its old VM
+        run.daemon_cycle("rev2")
     run.apply(capsys)
     assert sum(second.encode() in seed for seed in run.seeds()) == 2  # the rolled VMs
 
@@ -231,7 +233,7 @@ def test_a_secret_value_appears_in_the_seed_and_in_no_output_log_status_or_metri
 
     seen = [*run.outputs, *log_lines, *run.written()]
     # The fakes log what the engine logs (the libvirt traces are the lab test's to search).
-    assert sum("succeeded." in line for line in log_lines) == 4, log_lines
+    assert sum("succeeded." in line for line in log_lines) >= 4, log_lines
     assert len(run.written()) >= 3, run.written()
     for value in (first, second):
         leaks = [text for text in seen if value in text]

@@ -81,6 +81,7 @@ def build_engine(
             per_host_concurrency=settings.concurrency.per_host,
             delete_concurrency=settings.concurrency.deletes_per_host,
             replace_timeout=settings.replace_timeout,
+            ip_wait_timeout=0.0,  # a run never waits for a boot: follow-up runs look again
         ),
         runtime=Runtime.interruptible(stop),
         history=FileHistoryStore(settings.state_dir / "history.json"),
@@ -279,9 +280,10 @@ def fleet_daemon(
     )
     cycle = source_cycle(
         source,
-        lambda root, rev: engine.reconcile_once(root, revision=rev),
+        lambda root, rev, *, loaded: engine.reconcile_once(root, revision=rev, loaded=loaded),
         leadership=leadership,
         fleet=settings.fleet if ring is not None else None,
+        load=engine.load,
     )
     try:
         parts = DaemonParts(

@@ -1,15 +1,19 @@
 """What a run hands on to the next one: the VMs' failure history and a halted rollout.
 
 ``for_plan`` turns what was kept into the planner's ``History`` for one
-revision (a halt of another revision is ignored: a new commit resumes the
-rollout); ``after_run`` folds the run's outcomes and health checks into it:
+revision (halts of another revision are ignored: a new commit resumes the
+rollout); ``after_run`` folds the run's plan, outcomes and health checks into it:
 
 - a successful start counts as a restart of that VM (the last 20 are kept), and the VM
-  is starting again: its probe is judged once it has passed a check since;
+  is starting again: its probe is judged once it has passed a check since; a resume of a
+  paused VM (an I/O pause, a full pool) is neither: its guest never stopped;
 - a running proxy whose check failed is failing since the first such check,
   one that passed is failing no more and has been healthy once; a proxy whose
-  health is unknown (host unreachable, not checked) changes nothing;
-- a replace whose new VM failed its health gate halts the revision's rollout;
+  health is unknown (host unreachable, not checked) changes nothing, except a
+  new VM that runs without an address yet: it has not passed, and its failing
+  time starts (the planner's deadline needs one check of this box);
+- the halts are the plan's: every replace whose new VM passed no health check by its
+  deadline, the earlier ones of the revision included (the planner found them);
 - records of VMs that no longer exist on a host that answered are dropped;
   those on hosts that did not answer are kept (their VMs are unknown, not gone).
 """
@@ -21,32 +25,40 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from reconciler.model.history import Halt, History, VmRecord
-from reconciler.model.inventory import Inventory
-from reconciler.model.plan import DomainRef, Replace, Start
+from reconciler.model.inventory import DomainState, Inventory
+from reconciler.model.plan import DomainRef, Start
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
 
 KEPT_RESTARTS = 20
 
 
 def for_plan(kept: History, *, now: datetime, revision: str) -> History:
-    halt = kept.halt if kept.halt is not None and kept.halt.revision == revision else None
-    return History(now=now, vms=kept.vms, halt=halt)
+    halts = tuple(h for h in kept.halts if h.revision == revision)
+    return History(now=now, vms=kept.vms, halts=halts, revision=revision)
 
 
 def after_run(
     kept: History,
     *,
     inventory: Inventory,
-    revision: str,
+    halts: Sequence[Halt],
     outcomes: Sequence[ActionOutcome],
     proxies: Sequence[ProxyStatus],
     now: datetime,
 ) -> History:
     records: dict[DomainRef, VmRecord] = dict(kept.vms)
+    paused = {
+        DomainRef(h.name, d.name)
+        for h in inventory.hosts
+        for d in h.domains
+        if d.state is DomainState.PAUSED
+    }
     for outcome in outcomes:
         action = outcome.action
         if isinstance(action, Start) and outcome.result is ActionResult.SUCCEEDED:
             ref = DomainRef(action.host or "", action.domain or "")
+            if ref in paused:
+                continue  # a resume (after an I/O pause): the guest never stopped
             record = records.get(ref, VmRecord())
             restarts = (*record.restarts, now)[-KEPT_RESTARTS:]
             # Started again, it is starting again: its boot is not a failing probe.
@@ -54,29 +66,20 @@ def after_run(
                 record, restarts=restarts, failing_since=None, healthy_once=False
             )
     for proxy in proxies:
-        if not proxy.host or not proxy.domain or proxy.health is Health.UNKNOWN:
+        if not proxy.host or not proxy.domain:
             continue
         ref = DomainRef(proxy.host, proxy.domain)
         record = records.get(ref, VmRecord())
+        if proxy.health is Health.UNKNOWN and (record.healthy_once or proxy.state != "running"):
+            continue
         if proxy.health is Health.HEALTHY:
             record = dataclasses.replace(record, failing_since=None, healthy_once=True)
         elif proxy.state == "running" and record.failing_since is None:
             record = dataclasses.replace(record, failing_since=now)
         records[ref] = record
-    halt = kept.halt if kept.halt is not None and kept.halt.revision == revision else None
-    for outcome in outcomes:
-        action = outcome.action
-        if outcome.halts and isinstance(action, Replace):
-            halt = Halt(
-                revision=revision,
-                proxy=action.proxy or "",
-                domain=action.domain or "",
-                reason=outcome.error,
-                since=now,
-            )
     live = {DomainRef(p.host, p.domain) for p in proxies if p.host and p.domain}
     records = _alive(records, inventory, live)
-    return History(vms=tuple(sorted(records.items(), key=_key)), halt=halt)
+    return History(vms=tuple(sorted(records.items(), key=_key)), halts=tuple(halts))
 
 
 def _alive(

@@ -184,12 +184,13 @@ class Control:
             "history": self._record(proxy),
             "runs": [_in_run(r, name) for r in reversed(reports)],
         }
-        if last.halt is not None and last.halt.proxy == name:
+        halt = next((h for h in last.halts if h.proxy == name), None)
+        if halt is not None:
             answer["halt"] = {
-                "revision": last.halt.revision,
-                "domain": last.halt.domain,
-                "reason": last.halt.reason,
-                "since": statusdoc.timestamp(last.halt.since),
+                "revision": halt.revision,
+                "domain": halt.domain,
+                "reason": halt.reason,
+                "since": statusdoc.timestamp(halt.since),
             }
         return answer
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 from reconciler.adapters.git.source import Checkout, Source
-from reconciler.core.status.conditions import run_failed, stalled
+from reconciler.core.status.conditions import run_failed
 from reconciler.engine.control import Finished, RunBoard
+from reconciler.engine.cycle import Cycle
+from reconciler.engine.cycle import source_cycle as source_cycle  # where callers found it
 from reconciler.engine.endpoints import sd_targets
-from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
@@ -36,20 +35,9 @@ from reconciler.model.settings import DaemonSettings
 
 log = logging.getLogger(__name__)
 
-Cycle = Callable[[threading.Event], RunReport | None]
-"""One reconcile, given the stop flag; never raises (a bug becomes a FAILED report).
-None: this daemon stands by (another one leads the fleet) and did nothing."""
-
-Reconcile = Callable[[Path, str], RunReport]
-"""The engine: reconcile the repo checked out at a directory, at a revision."""
-
 FOLLOW_UP = 30.0
 """Seconds to the next run while a new VM is not healthy yet (``RunReport.settling``): a
 restart, or a create, reaches "healthy" in about a boot's time, not an interval's."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ObservedSource:
@@ -67,62 +55,6 @@ class ObservedSource:
             raise
         self._on_result(ok=not checkout.fetch_error)
         return checkout
-
-
-def source_cycle(
-    source: Source,
-    reconcile: Reconcile,
-    *,
-    clock: Callable[[], datetime] = utc_now,
-    leadership: Leadership | None = None,
-    fleet: str | None = None,
-) -> Cycle:
-    """The cycle the daemon runs: sync the source, then let the engine reconcile it.
-
-    A source that cannot give a revision makes a Stalled report naming why; a
-    failed fetch reconciles the last good revision and lists the fetch error
-    among the report's problems. With ``leadership``, the fleet's lock is
-    claimed between the fetch and the engine: without it the cycle returns
-    None and no host is touched. A repo that does not load claims the lock of
-    the fleet id last seen (its Stalled report touches no host either way).
-    ``fleet``: the lock to claim whatever the repo says (one of several fleets, each
-    pinned by the config; a repo naming another fleet is Stalled by the engine's guard).
-    """
-
-    def cycle(stop: threading.Event) -> RunReport | None:
-        started = clock()
-        try:
-            checkout = source.sync()
-        except SourceError as exc:
-            reason = "SourceRefused" if exc.revision else "SourceUnavailable"
-            return source_stalled(
-                str(exc), revision=exc.revision, started=started, reason=reason, finished=clock()
-            )
-        if leadership is not None:
-            claimed = fleet or fleet_id(checkout.root) or leadership.fleet
-            if claimed is not None and not leadership.claim(claimed):
-                return None
-        report = reconcile(checkout.root, checkout.revision)
-        # The cycle's duration includes the fetch, not only the engine's part.
-        report = replace(report, started=min(started, report.started))
-        if checkout.fetch_error:
-            report = replace(report, problems=(checkout.fetch_error, *report.problems))
-        return report
-
-    return cycle
-
-
-def source_stalled(
-    message: str, *, revision: str, started: datetime, finished: datetime, reason: str
-) -> RunReport:
-    return RunReport(
-        started=started,
-        finished=finished,
-        result=RunResult.STALLED,
-        revision=revision,
-        problems=(message,),
-        conditions=stalled(reason, message),
-    )
 
 
 class Daemon:

@@ -15,17 +15,17 @@ make no call at all.
   the VM was observed with, only ``protect`` changed).
 - delete: ``delete``; a domain already gone counts as deleted. When the delete names
   a keeper (the VM the proxy keeps: the second step of a replace, or a duplicate), that
-  VM must pass its health check first (``replace_timeout``), as in a replace:
-  otherwise a replace that failed because its new VM never got healthy would lose
-  the old, working VM one run later.
+  VM is looked at once first and must pass its health check: the planner judged it
+  healthy from the last run's check, and it may have failed since.
 - cleanup: ``remove_volumes`` with the volumes the plan names; the host
   confirms first that their domain still does not exist and that no domain's
   disk uses them, and refuses (the action fails, nothing is deleted) otherwise.
   A cleanup without a domain is an unused base image: ``remove_unused_base``,
   which keeps (successfully) a base that a domain's disk chain still names.
-- replace: create the new VM, wait until it has an IP and passes its health
-  check (``replace_timeout``), and only then delete the old one. A new VM that
-  never gets healthy leaves the old one running and the outcome failed.
+- replace: create the new VM, and return. Nothing waits for it to boot: the
+  old VM is deleted by a later run's plan once a check showed the new one
+  healthy, and a new VM that passes none by its deadline halts the rollout
+  (reconciler.core.plan.handover).
 
 Transient host errors are retried with backoff (reconciler.engine.retry);
 permanent ones fail the action with their message. Once ``runtime.stop`` is
@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.engine.check import Prober, VmHealth, await_healthy
+from reconciler.engine.check import Prober, check_vm
 from reconciler.engine.observe import ImageSizes
 from reconciler.engine.once import OncePerRun
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
-from reconciler.model import Action, HealthCheck, Image, Plan
+from reconciler.model import Action, Image, Plan
 from reconciler.model.plan import MUTATING, Cleanup, Create, Delete, Relabel, Replace, Start
-from reconciler.model.report import ActionOutcome, ActionResult
+from reconciler.model.report import ActionOutcome, ActionResult, Health
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import MARKER_SUFFIX
 
@@ -81,10 +81,6 @@ class ActionFailed(Exception):
     """An action cannot go on; the message is the outcome's reason."""
 
 
-class NotHealthy(ActionFailed):
-    """A replace's new VM did not pass its health check in time: the rollout halts."""
-
-
 class Executor:
     """Carries out one plan. Build one per run: its image memo lives for one run."""
 
@@ -107,42 +103,12 @@ class Executor:
         self._memo = OncePerRun()
 
     def run(self, plan: Plan) -> tuple[ActionOutcome, ...]:
-        """One outcome per mutating action of ``plan``, in plan order.
-
-        Rollout batches run one after the other: batch 1 with every other action,
-        then each next batch only when no replace of an earlier one failed. Once
-        one did, the later batches' replaces are SKIPPED: the rollout is halted.
-        """
+        """One outcome per mutating action of ``plan``, in plan order."""
         actions = [a for a in plan.actions if a.kind in MUTATING]
-        phases: dict[int, list[int]] = {}
-        for index, action in enumerate(actions):
-            phases.setdefault(_phase(action), []).append(index)
-        results: dict[int, ActionOutcome] = {}
-        stopped = ""
-        for phase in sorted(phases):
-            indexes = phases[phase]
-            if stopped:
-                for index in indexes:
-                    results[index] = ActionOutcome(
-                        actions[index],
-                        ActionResult.SKIPPED,
-                        error=f"not started: rollout halted ({stopped})",
-                        attempts=0,
-                    )
-                continue
-            results.update(self._run_phase(actions, indexes))
-            stopped = next(
-                (
-                    f"{actions[i].proxy}'s replace failed in batch {phase}"
-                    for i in indexes
-                    if isinstance(actions[i], Replace)
-                    and results[i].result is not ActionResult.SUCCEEDED
-                ),
-                "",
-            )
+        results = self._run_all(actions, list(range(len(actions))))
         return tuple(results[i] for i in range(len(actions)))
 
-    def _run_phase(self, actions: list[Action], indexes: list[int]) -> dict[int, ActionOutcome]:
+    def _run_all(self, actions: list[Action], indexes: list[int]) -> dict[int, ActionOutcome]:
         """The actions at ``indexes``, in parallel across hosts, bounded per host."""
         queues: dict[str, deque[int]] = {}
         for index in indexes:
@@ -194,12 +160,9 @@ class Executor:
             )
         attempts = Attempts()
         started = self._runtime.monotonic()
-        result, error, halts = ActionResult.SUCCEEDED, "", False
+        result, error = ActionResult.SUCCEEDED, ""
         try:
             self._run(action, attempts)
-        except NotHealthy as exc:
-            result, error, halts = ActionResult.FAILED, str(exc), True
-            log.warning("%s failed its health gate: %s", _describe(action), error)
         except (ActionFailed, HostError) as exc:
             result, error = ActionResult.FAILED, str(exc)
             log.warning("%s failed: %s", _describe(action), error)
@@ -214,7 +177,6 @@ class Executor:
             error=error,
             attempts=1 + attempts.retries,
             duration_seconds=self._runtime.monotonic() - started,
-            halts=halts,
         )
 
     def _run(self, action: Action, attempts: Attempts) -> None:
@@ -232,10 +194,10 @@ class Executor:
                     attempts,
                 )
             case Delete():
-                self._wait_for_keeper(action)
+                self._look_at_keeper(action)
                 self._delete(host, domain, attempts)
             case Replace():
-                self._replace(action, host, attempts)
+                self._create(action, host, attempts)
             case Cleanup(domain=None):
                 self._remove_base(action, host, attempts)
             case Cleanup():
@@ -303,50 +265,31 @@ class Executor:
                 "Kept base image %s on %s: something on the host still uses it.", base, host.name
             )
 
-    def _replace(self, action: Replace, host: Hypervisor, attempts: Attempts) -> None:
-        old, domain = action.replaces, action.domain or ""
-        self._create(action, host, attempts)
-        timeout = self._settings.replace_timeout
-        checked, why = self._healthy(host, domain, action.vm.health)
-        if not checked.found:
-            raise ActionFailed(
-                f"new VM {domain} on {host.name} was deleted by someone else while waiting "
-                f"for its health check; old VM {old.domain} on {old.host} kept"
-            )
-        if why and not self._runtime.stop.is_set():
-            raise NotHealthy(
-                f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
-                f"old VM {old.domain} on {old.host} kept"
-            )
-        if why:
-            raise ActionFailed(
-                f"new VM {domain} did not become healthy within {timeout:.0f} s: {why}; "
-                f"old VM {old.domain} on {old.host} kept"
-            )
-        log.info("New VM %s is healthy at %s; deleting %s.", domain, checked.ip, old.domain)
-        self._delete(self._host(old.host), old.domain, attempts)
-
-    def _healthy(self, host: Hypervisor, domain: str, health: HealthCheck) -> tuple[VmHealth, str]:
-        return await_healthy(
-            host, domain, health, self._prober, settings=self._settings, runtime=self._runtime
-        )
-
-    def _wait_for_keeper(self, action: Delete) -> None:
-        """For a delete of a VM whose proxy keeps another VM: that VM must be healthy first."""
+    def _look_at_keeper(self, action: Delete) -> None:
+        """For a delete of a VM whose proxy keeps another VM: that VM must pass its health
+        check now (one look, no wait: the planner judged it healthy from the last run)."""
         keeper, domain = action.keeper, action.domain
         if keeper is None or (keeper.host, keeper.domain) == (action.host, domain):
             return
-        timeout = self._settings.replace_timeout
-        checked, why = self._healthy(self._host(keeper.host), keeper.domain, keeper.health)
+        checked = check_vm(
+            self._host(keeper.host),
+            keeper.domain,
+            keeper.health,
+            self._prober,
+            wait=0.0,
+            settings=self._settings,
+            runtime=self._runtime,
+        )
         if not checked.found:
             raise ActionFailed(
-                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, was deleted "
-                f"by someone else while waiting for its health check; {domain} kept"
+                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, is gone; "
+                f"{domain} kept"
             )
-        if why:
+        if checked.health is not Health.HEALTHY:
+            why = checked.detail or "no health check passed"
             raise ActionFailed(
-                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, did not "
-                f"become healthy within {timeout:.0f} s: {why}; {domain} kept"
+                f"{keeper.domain} on {keeper.host}, which stays for {action.proxy}, failed its "
+                f"health check: {why}; {domain} kept"
             )
         log.info(
             "VM %s on %s is healthy at %s; deleting %s.",
@@ -374,11 +317,6 @@ class Executor:
         if host is None:
             raise ActionFailed(f"no connection to host {name!r}")
         return host
-
-
-def _phase(action: Action) -> int:
-    """The rollout batch an action runs in: a replace's own, 1 for everything else."""
-    return action.batch if isinstance(action, Replace) else 1
 
 
 def _describe(action: Action) -> str:

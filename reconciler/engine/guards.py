@@ -18,9 +18,10 @@ observed VMs) and stop the cycle before the plan is carried out.
   it asks for. Only with ``prune`` (else nothing is deleted); protected VMs
   (never deleted) do not count.
 - **Delete window**: ``maxDeletesPerRun`` holds per ``deleteWindowSeconds``,
-  not only per run. Deletes (and replaces, whose second half is a delete) are
-  recorded in the state dir, so a crash loop, whose every startup is a run,
-  cannot multiply them; the excess becomes BLOCKED actions.
+  not only per run. Deletes are recorded in the state dir, so a crash loop,
+  whose every startup is a run, cannot multiply them. What the window still
+  allows goes into the planner (``DeleteWindow.left``, a ``Limits`` field),
+  the one place that blocks the excess.
 - **The box's cap**: the daemon config's ``maxDeletesPerRun`` bounds the window
   too, below whatever the repo's policy says: a commit that raises its own
   limit, or acknowledges a shrink, still deletes at most the box's number.
@@ -28,7 +29,6 @@ observed VMs) and stop the cycle before the plan is carried out.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -37,17 +37,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from reconciler.core.plan.vms import block
 from reconciler.errors import PermanentError
-from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model import ActionKind, Repo
 from reconciler.model.inventory import Inventory
-from reconciler.model.plan import Action
 from reconciler.model.report import ActionOutcome, ActionResult
 
 log = logging.getLogger(__name__)
 
-DELETING = (ActionKind.DELETE, ActionKind.REPLACE)
-"""Actions that delete a VM (a replace deletes the old one once the new one runs)."""
+DELETING = (ActionKind.DELETE,)
+"""Actions that delete a VM (a replace deletes nothing: its old VM goes by a later delete)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,24 +170,18 @@ class DeleteWindow:
         since = self._clock() - self._window
         return [t for t in times if t > since]
 
-    def limit(self, plan: Plan, max_deletes: int) -> Plan:
-        """``plan`` with the deletes past the window's budget turned into BLOCKED actions.
+    def left(self, max_deletes: int) -> tuple[int, str]:
+        """Deletes the window still allows, and the reason a delete beyond them is
+        blocked with (an unreadable record allows none).
 
         ``max_deletes`` is the repo's policy; the box's cap, when lower, is the budget."""
         recent = self.recent()
         cap = self._cap if self._cap is not None else max_deletes
         limit, box = min(cap, max_deletes), cap < max_deletes
-        budget = 0 if recent is None else max(0, limit - len(recent))
-        actions: list[Action] = []
-        for action in plan.actions:
-            if action.kind in DELETING:
-                if budget > 0:
-                    budget -= 1
-                else:
-                    reason = _reason(limit, self._window, box=box, unreadable=recent is None)
-                    action = block(action, reason)
-            actions.append(action)
-        return dataclasses.replace(plan, actions=tuple(actions))
+        why = _reason(limit, self._window, box=box, unreadable=recent is None)
+        if recent is None:
+            return 0, why
+        return max(0, limit - len(recent)), why
 
     def record(self, outcomes: Sequence[ActionOutcome]) -> None:
         """Add the deletes and replaces that ran (succeeded or failed: they may have acted)."""

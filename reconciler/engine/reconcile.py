@@ -43,7 +43,8 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.model import ActionKind, Inventory, Plan, Repo
-from reconciler.model.history import Halt, History
+from reconciler.model.history import History
+from reconciler.model.limits import Limits
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
     ActionOutcome,
@@ -69,7 +70,7 @@ class Prepared:
     observation: Observation
     plan: Plan
     history: History = field(default_factory=History)
-    """What earlier runs saw, as kept (the plan got it with the time and this revision's halt)."""
+    """What earlier runs saw, as kept (the plan got it with the time and this revision's halts)."""
 
 
 class Engine:
@@ -111,11 +112,19 @@ class Engine:
         self.last_inventory: Inventory | None = None
         """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
-    def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
-        """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
+    def load(self, root: Path) -> Repo:
+        """The repo at ``root``, read within this engine's limits and with its secrets; raises
+        InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
+        return load_repo(root, limits=self.read_limits, secrets=self.secrets)
+
+    def reconcile_once(
+        self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None
+    ) -> RunReport:
+        """One full cycle over the repo checked out at ``root`` (commit ``revision``);
+        ``loaded``: as ``load`` gave it (or its InvalidInput), None: loaded here."""
         started = self.runtime.clock()
         try:
-            prepared = self.prepare(root, revision=revision, started=started)
+            prepared = self.prepare(root, revision=revision, started=started, loaded=loaded)
             if isinstance(prepared, RunReport):
                 return prepared
             return self.finish(prepared)
@@ -137,7 +146,7 @@ class Engine:
         revision: str,
         started: datetime | None = None,
         gate: Callable[[], None] | None = None,
-        loaded: Repo | None = None,
+        loaded: Repo | InvalidInput | None = None,
     ) -> Prepared | RunReport:
         """Load, observe and plan. A repo that does not load gives a Stalled report.
 
@@ -145,15 +154,13 @@ class Engine:
         (``dial_ahead``) and ``gate`` runs, before anything is observed: ``apply`` takes
         the fleet lock there while the SSH handshakes run, and raises to stop.
         ``loaded``: the repo at ``root`` as the caller just loaded it with this engine's
-        ``read_limits`` and ``secrets`` (``apply``, which needed its fleet's name first);
-        None: loaded here."""
+        ``read_limits`` and ``secrets`` (``apply`` and the daemon's cycle, which needed its
+        fleet's name first), or the InvalidInput that load raised; None: loaded here."""
         started = started if started is not None else self.runtime.clock()
         try:
-            repo = (
-                loaded
-                if loaded is not None
-                else load_repo(root, limits=self.read_limits, secrets=self.secrets)
-            )
+            if isinstance(loaded, InvalidInput):
+                raise loaded
+            repo = loaded if loaded is not None else self.load(root)
         except InvalidInput as exc:
             problems = tuple(str(p) for p in exc.problems)
             log.error(
@@ -187,8 +194,13 @@ class Engine:
             )
         kept = self.history.load()
         now = self.runtime.clock()
-        plan = make_plan(repo, observation.inventory, for_plan(kept, now=now, revision=revision))
-        plan = self.deletes.limit(plan, repo.fleet.policy.max_deletes_per_run)
+        left, why = self.deletes.left(repo.fleet.policy.max_deletes_per_run)
+        limits = Limits(
+            replace_timeout=self.settings.replace_timeout, deletes_left=left, deletes_why=why
+        )
+        plan = make_plan(
+            repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
+        )
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
 
@@ -210,7 +222,7 @@ class Engine:
         )
         outcomes = executor.run(prepared.plan)
         self.deletes.record(outcomes)
-        proxies = check_proxies(
+        checked = check_proxies(
             prepared.repo,
             prepared.plan,
             prepared.observation.inventory,
@@ -221,11 +233,11 @@ class Engine:
             runtime=self.runtime,
         )
         finished = self.runtime.clock()
-        halt = self._remember(prepared, outcomes, proxies, now=finished)
-        report = build_report(prepared, outcomes, proxies, finished=finished, halt=halt)
+        self._remember(prepared, outcomes, checked.vms, now=finished)
+        report = build_report(prepared, outcomes, checked.proxies, finished=finished)
         report = publish(self.endpoints, prepared.repo, report)
         new = settling(
-            prepared, outcomes, proxies, now=finished, window=self.settings.replace_timeout
+            prepared, outcomes, checked.vms, now=finished, window=self.settings.replace_timeout
         )
         return dataclasses.replace(report, settling=new)
 
@@ -233,32 +245,34 @@ class Engine:
         self,
         prepared: Prepared,
         outcomes: Sequence[ActionOutcome],
-        proxies: Sequence[ProxyStatus],
+        vms: Sequence[ProxyStatus],
         *,
         now: datetime,
-    ) -> Halt | None:
-        """Fold this run into the history and keep it; the rollout halt now in force."""
+    ) -> None:
+        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history
+        and keep it."""
+        halts = prepared.plan.halts
         history = after_run(
             prepared.history,
             inventory=prepared.observation.inventory,
-            revision=prepared.revision,
+            halts=halts,
             outcomes=outcomes,
-            proxies=proxies,
+            proxies=vms,
             now=now,
         )
-        if history.halt is not None and history.halt != prepared.history.halt:
+        new = [h for h in halts if h not in prepared.history.halts]
+        if new:
             log.warning(
-                "Rollout of %s halted: %s's new VM %s: %s",
+                "Rollout of %s halted: %s failed %s health check (%s).",
                 prepared.revision[:12] or "this revision",
-                history.halt.proxy,
-                history.halt.domain,
-                history.halt.reason,
+                ", ".join(h.proxy for h in halts),
+                "their" if len(halts) > 1 else "its",
+                "; ".join(f"{h.proxy}: {h.reason}" for h in new),
             )
         try:
             self.history.save(history)
         except OSError as exc:
             log.warning("The history of this run was not kept: %s", exc)
-        return history.halt
 
     def close(self) -> None:
         self.pool.close()
@@ -290,7 +304,6 @@ def build_report(
     proxies: Sequence[ProxyStatus],
     *,
     finished: datetime,
-    halt: Halt | None = None,
 ) -> RunReport:
     results = [o.result for o in outcomes]
     result = RunResult.SUCCESS
@@ -309,10 +322,10 @@ def build_report(
         hosts=hosts,
         conditions=(
             *after_plan(prepared.plan, outcomes, proxies, hosts, suspended=suspended),
-            *day2(prepared.plan, halt),
+            *day2(prepared.plan, prepared.plan.halts),
         ),
         suspended=suspended,
-        halt=halt,
+        halts=prepared.plan.halts,
     )
 
 
@@ -322,7 +335,7 @@ NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
 def settling(
     prepared: Prepared,
     outcomes: Sequence[ActionOutcome],
-    proxies: Sequence[ProxyStatus],
+    vms: Sequence[ProxyStatus],
     *,
     now: datetime,
     window: float,
@@ -345,13 +358,13 @@ def settling(
         for d in h.domains
         if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name
     }
-    names = []
-    for proxy in proxies:
-        if proxy.health is Health.HEALTHY or proxy.state != "running":
+    names = set()
+    for vm in vms:
+        if vm.health is Health.HEALTHY or vm.state != "running":
             continue
-        key = (proxy.host, proxy.domain)
+        key = (vm.host, vm.domain)
         if key in acted or _younger(created.get(key, ""), now, window):
-            names.append(proxy.name)
+            names.add(vm.name)
     return tuple(sorted(names))
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler.model.plan import DomainRef
+from reconciler.model.plan import DomainRef, Halt
+
+__all__ = ["Halt", "History", "VmRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,23 +37,14 @@ _NO_RECORD = VmRecord()
 
 
 @dataclass(frozen=True, slots=True)
-class Halt:
-    """A rollout stopped because a new VM did not become healthy in time."""
-
-    revision: str
-    proxy: str
-    domain: str
-    reason: str
-    since: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class History:
-    """``now`` is when the plan is made; ``halt`` is given only for the revision planned."""
+    """``now`` is when the plan is made and ``revision`` what it plans; ``halts`` are given
+    only for that revision (a new commit resumes a halted rollout)."""
 
     now: datetime | None = None
     vms: tuple[tuple[DomainRef, VmRecord], ...] = ()
-    halt: Halt | None = None
+    halts: tuple[Halt, ...] = ()
+    revision: str = ""
     _index: dict[tuple[str, str], VmRecord] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -60,6 +53,10 @@ class History:
 
     def __post_init__(self) -> None:
         self._index.update(((ref.host, ref.domain), record) for ref, record in self.vms)
+
+    def halt_of(self, proxy: str, domain: str) -> Halt | None:
+        """The halt recorded for ``proxy``'s new VM ``domain``; None when there is none."""
+        return next((h for h in self.halts if (h.proxy, h.domain) == (proxy, domain)), None)
 
     def record(self, host: str, domain: str) -> VmRecord:
         return self._index.get((host, domain), _NO_RECORD)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
@@ -170,12 +171,13 @@ class Create(Action):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Replace(Action):
-    """Make ``vm``, and delete ``replaces`` only once the new VM is healthy.
+    """Make ``vm`` beside ``replaces``, which a later plan deletes once the new VM passed a
+    health check (the run that makes it never waits for it).
 
-    ``batch`` is the rollout batch of the proxy's zone (1 first): the executor
-    starts batch n+1 only once every replace of batch n is healthy, and none
-    once one of them was not. ``heal`` marks a replace of a VM with an
-    unchanged spec (self-healing, a hand edit): it gets a new name.
+    ``batch`` is the rollout batch of the proxy's zone: always 1 in a plan (the
+    planner blocks the later batches' replaces until the earlier ones are done);
+    kept for ``plan --json``. ``heal`` marks a replace of a VM with an unchanged
+    spec (self-healing, a hand edit): it gets a new name.
     """
 
     kind: ClassVar[ActionKind] = ActionKind.REPLACE
@@ -237,6 +239,18 @@ def blocked_kind(action: Action) -> ActionKind | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Halt:
+    """A replace whose new VM did not pass a health check within the replace timeout: the
+    rollout of ``revision`` stops while it holds (a new commit resumes)."""
+
+    revision: str
+    proxy: str
+    domain: str
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     actions: tuple[Action, ...] = ()
     suspect_zones: tuple[str, ...] = ()
@@ -244,6 +258,9 @@ class Plan:
     suspect, so none of them is replaced for it."""
     paused: tuple[DomainRef, ...] = ()
     """Owned VMs the hypervisor paused on an I/O error (a full pool, most often)."""
+    halts: tuple[Halt, ...] = ()
+    """Every failed replace of the revision planned, by proxy: the earlier ones the history
+    holds and those whose deadline this plan found passed. Any halt blocks every replace."""
 
     def summary(self) -> dict[str, int]:
         counts = Counter(a.kind for a in self.actions)

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from reconciler.model.history import Halt
-from reconciler.model.plan import Action, Plan
+from reconciler.model.plan import Action, Halt, Plan
 
 
 class RunResult(StrEnum):
@@ -54,9 +53,6 @@ class ActionOutcome:
     error: str = ""
     attempts: int = 1
     duration_seconds: float = 0.0
-    halts: bool = False
-    """A replace whose new VM did not become healthy in time: the rollout of this revision
-    halts (the engine records it; later batches were skipped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +141,12 @@ class RunReport:
     hosts: tuple[HostStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
     suspended: bool = False
-    halt: Halt | None = None
-    """The rollout halt in force for this revision after the run (None: none)."""
+    halts: tuple[Halt, ...] = ()
+    """The failed replaces that halt the rollout of this revision after the run (none: not
+    halted), one per proxy."""
+    refused: str = ""
+    """A head the source refused (not a fast-forward, or ``verifyCommits``): the run
+    reconciled ``revision``, the last accepted one, and nothing acted on this one."""
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""

@@ -60,8 +60,9 @@ class ApplySettings:
     observe_timeout: float = 120.0
     """Seconds to wait for a host's inventory; a slower host counts as unreachable."""
     replace_timeout: float = 600.0
-    """Seconds a replacement VM has to run, get an IP and pass its health check
-    before the old VM is deleted; past it the old VM stays."""
+    """Seconds after its creation a replacement VM has to pass its first health check: a
+    deadline the planner reads in a later run (no run waits for it); past it the old VM
+    stays and the rollout of the revision halts."""
     ip_wait_timeout: float = 300.0
     """Seconds the check waits for the IP of a VM created in this run."""
     poll_interval: float = 5.0

@@ -1,13 +1,14 @@
 """Reconcile cycles through sshd against a real libvirtd: create, quiet, replace, delete.
 
 The guests boot a blank disk, so they never get an IP: that is the point of
-the replace case (an unhealthy replacement must leave the old VM in place).
+the replace case (a replacement that never gets healthy halts, the old VM in place).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,18 +175,23 @@ def test_cycles_create_then_idle_then_keep_the_old_vm_when_the_replacement_is_un
     third = eng.reconcile_once(tmp_path, revision="r2")
     (replace,) = third.outcomes
     cleanup_domains.append(replace.action.domain or "")
-    assert replace.result is ActionResult.FAILED
-    assert f"old VM {created} on {host.name} kept" in replace.error
+    assert replace.result is ActionResult.SUCCEEDED  # created; the run does not wait for it
+    assert owned(local_conn) == {created: True, replace.action.domain: True}
+    assert third.result is RunResult.SUCCESS and third.settling == ("web-1",)
+
+    time.sleep(7)  # past replace_timeout (6 s): the next plan reads the deadline as passed
+    fourth = eng.reconcile_once(tmp_path, revision="r2")
+    assert fourth.outcomes == ()
+    assert [h.proxy for h in fourth.halts] == ["web-1"]
     assert owned(local_conn)[created] is True
-    assert third.result is RunResult.PARTIAL
 
     manifests.write_text("")
     (tmp_path / "other.yaml").write_text(proxy_yaml("web-2", "two"))
-    fourth = eng.reconcile_once(tmp_path, revision="r3")
-    cleanup_domains.extend(o.action.domain or "" for o in fourth.outcomes)
-    kinds = sorted((o.action.kind.value, o.result.value) for o in fourth.outcomes)
+    fifth = eng.reconcile_once(tmp_path, revision="r3")
+    cleanup_domains.extend(o.action.domain or "" for o in fifth.outcomes)
+    kinds = sorted((o.action.kind.value, o.result.value) for o in fifth.outcomes)
     assert ("create", "succeeded") in kinds
-    assert all(r == "succeeded" for _, r in kinds), fourth.outcomes
+    assert all(r == "succeeded" for _, r in kinds), fifth.outcomes
     left = owned(local_conn)
     assert created not in left
     assert [d for d in left if "-web-1-" in d] == []

@@ -101,20 +101,17 @@ def encode(history: History) -> dict[str, Any]:
         }
         for ref, record in history.vms
     ]
-    halt = history.halt
-    return {
-        "version": VERSION,
-        "vms": vms,
-        "halt": None
-        if halt is None
-        else {
+    halts = [
+        {
             "revision": halt.revision,
             "proxy": halt.proxy,
             "domain": halt.domain,
             "reason": halt.reason,
             "since": _time(halt.since),
-        },
-    }
+        }
+        for halt in history.halts
+    ]
+    return {"version": VERSION, "vms": vms, "halts": halts}
 
 
 def decode(document: Any) -> History:
@@ -133,17 +130,19 @@ def decode(document: Any) -> History:
                 ),
             )
         )
-    raw = document.get("halt")
-    halt = None
-    if raw is not None:
-        halt = Halt(
-            revision=str(raw["revision"]),
-            proxy=str(raw["proxy"]),
-            domain=str(raw["domain"]),
-            reason=str(raw["reason"]),
-            since=datetime.fromisoformat(raw["since"]),
+    # "halt": one halt, as files written before halts were a set hold it.
+    raw = document.get("halts") or ([document["halt"]] if document.get("halt") else [])
+    halts = tuple(
+        Halt(
+            revision=str(entry["revision"]),
+            proxy=str(entry["proxy"]),
+            domain=str(entry["domain"]),
+            reason=str(entry["reason"]),
+            since=datetime.fromisoformat(entry["since"]),
         )
-    return History(vms=tuple(vms), halt=halt)
+        for entry in raw
+    )
+    return History(vms=tuple(vms), halts=halts)
 
 
 def _time(value: datetime | None) -> str | None:

@@ -74,6 +74,13 @@ class Metrics:
             ["revision"],
             registry=r,
         )
+        self.refused = Gauge(
+            "proxyfleet_source_refused_info",
+            "A head of the fleet repo the daemon refused (not a fast-forward, or verifyCommits; "
+            "value 1) while it reconciles the last accepted revision; absent when none is.",
+            ["revision"],
+            registry=r,
+        )
         self.source_up = Gauge(
             "proxyfleet_source_up",
             "1 when the last fetch of the fleet repo worked and its head was accepted.",
@@ -235,12 +242,15 @@ class Metrics:
         if report.revision:
             self.revision.clear()
             self.revision.labels(report.revision).set(1)
+        self.refused.clear()
+        if report.refused:
+            self.refused.labels(report.refused).set(1)
         present = {c.type: c.status for c in report.conditions}
         for condition in {*CONDITIONS, *present}:
             self.condition.labels(condition).set(1 if present.get(condition) else 0)
         self.suspended.set(1 if report.suspended else 0)
         if report.plan is not None:
-            self.rollout_halted.set(1 if report.halt is not None else 0)
+            self.rollout_halted.set(1 if report.halts else 0)
             # Every zone and host a series, 0 when well: a recovery reads as 0, not as gone.
             suspect = set(report.plan.suspect_zones)
             self.probe_path_suspect.clear()

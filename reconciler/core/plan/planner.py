@@ -39,6 +39,7 @@ from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
+from reconciler.core.plan.handover import handover, preference
 from reconciler.core.plan.healing import Cure, judge, suspect_zones
 from reconciler.core.plan.keep import kept_vm_action
 from reconciler.core.plan.leftovers import leftover_cleanups
@@ -50,6 +51,7 @@ from reconciler.core.plan.rollout import pace
 from reconciler.core.plan.vms import Made, OwnedVm, block
 from reconciler.model import ActionKind, DomainState, Host, Inventory, Plan, Proxy, Repo
 from reconciler.model.history import History
+from reconciler.model.limits import Limits
 from reconciler.model.plan import (
     MUTATING,
     Action,
@@ -69,18 +71,26 @@ SUSPENDED = "the fleet is suspended (policy.suspend)"
 UNRESOLVED = "its image or machine type does not resolve in fleet.yaml"
 
 
-def plan(repo: Repo, inventory: Inventory, history: History | None = None) -> Plan:
+def plan(
+    repo: Repo,
+    inventory: Inventory,
+    history: History | None = None,
+    limits: Limits | None = None,
+) -> Plan:
     """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier
-    runs saw (``history``; none: the day-2 rules that need the past do not fire)."""
-    return _Planner(repo, inventory, history or History()).run()
+    runs saw (``history``; none: the day-2 rules that need the past do not fire) and the
+    box's bounds (``limits``: a new VM's deadline, the delete window's budget)."""
+    return _Planner(repo, inventory, history or History(), limits or Limits()).run()
 
 
 class _Planner:
     """One planning pass. Its state (host load) lives only as long as ``plan`` runs."""
 
-    def __init__(self, repo: Repo, inventory: Inventory, history: History) -> None:
+    def __init__(self, repo: Repo, inventory: Inventory, history: History, limits: Limits) -> None:
         self.repo = repo
         self.history = history
+        self.limits = limits
+        self.halts = {h.proxy: h for h in history.halts}  # and those this plan finds
         self.fleet = repo.fleet
         self.policy = repo.fleet.policy
         self.hosts: dict[str, Host] = {h.name: h for h in self.fleet.hosts}
@@ -105,11 +115,8 @@ class _Planner:
         )
         self.suspect = suspect_zones(self._kept_running, history)
 
-    def _preference(self, vm: OwnedVm) -> tuple[bool, bool, str, str]:
-        """Which of several VMs of one proxy is kept: a running one first, then one whose
-        probe is not failing, then by name, host."""
-        failing = self.history.record(vm.host, vm.name).failing_since is not None
-        return (vm.state is not DomainState.RUNNING, failing, vm.name, vm.host)
+    def _preference(self, vm: OwnedVm) -> tuple[bool, bool, bool, str, str]:
+        return preference(vm, self.history)
 
     def _kept_running(self) -> dict[str, list[tuple[str, str] | None]]:
         """Zone -> each proxy's kept VM as (host, domain) when it runs, else None."""
@@ -130,16 +137,17 @@ class _Planner:
         orphans = [vm for name, vms in self.owned.items() if name not in desired for vm in vms]
         for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
             proposed.append(orphan(vm, self.policy))
-        halt = self.history.halt
         paced = pace(
             proposed,
             rollout=self.policy.rollout,
             zone_of={p.name: p.placement.zone for p in self.repo.proxies},
             zone_sizes=Counter(p.placement.zone for p in self.repo.proxies),
             in_flight=self.in_flight,
-            halted=f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}" if halt else "",
+            halted=tuple(sorted(self.halts)),
         )
-        gated = gate_deletes(paced, has_proxies=bool(self.repo.proxies), policy=self.policy)
+        gated = gate_deletes(
+            paced, has_proxies=bool(self.repo.proxies), policy=self.policy, limits=self.limits
+        )
         actions = record_protect(gated, vms=self.vms, manifests=self.manifests)
         actions.extend(
             leftover_cleanups(
@@ -162,6 +170,7 @@ class _Planner:
                 for _, vm in sorted(self.vms.items())
                 if vm.state is DomainState.PAUSED and vm.observed.reason == "ioerror"
             ),
+            halts=tuple(self.halts[name] for name in sorted(self.halts)),
         )
 
     # -- one proxy ---------------------------------------------------------------------------
@@ -222,41 +231,25 @@ class _Planner:
         if not duplicates and not stale:
             return actions
         kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
-        halt = self.history.halt
-        record = self.history.record(keeper.host, keeper.name)
-        # The halted new VM counts as failing only until a check passes (it may just have
-        # needed longer than the replace timeout); then its old VM may go.
-        failing = record.failing_since is not None or (
-            halt is not None
-            and (halt.proxy, halt.domain) == (proxy.name, keeper.name)
-            and not record.healthy_once
-        )
+        judged = handover(keeper, proxy=proxy.name, history=self.history, limits=self.limits)
+        if judged.halt is not None:
+            self.halts[proxy.name] = judged.halt
         if stale:
             self.in_flight[proxy.placement.zone] += 1
-        for vm in sorted(duplicates, key=lambda v: (v.name, v.host)):
-            why = f"duplicate of {keeper.name} on {keeper.host}"
-            actions.append(self._second_step(proxy, vm, why, keeper=kept, failing=failing))
-        for vm in sorted(stale, key=lambda v: (v.name, v.host)):
-            if keeper.state is DomainState.RUNNING and failing and not proxy.lifecycle.protect:
-                why = f"waiting for {keeper.name} on {keeper.host} to pass its health check"
-                actions.append(block(vm.action(Delete, ""), why))
-            elif keeper.state is DomainState.RUNNING or proxy.lifecycle.protect:
-                why = f"replaced by {keeper.name} on {keeper.host}, which is running"
-                actions.append(self._delete(proxy, vm, why, keeper=kept))
+        others = [
+            (vm, f"duplicate of {keeper.name} on {keeper.host}")
+            for vm in sorted(duplicates, key=lambda v: (v.name, v.host))
+        ]
+        others += [
+            (vm, f"replaced by {keeper.name} on {keeper.host}")
+            for vm in sorted(stale, key=lambda v: (v.name, v.host))
+        ]
+        for vm, why in others:
+            if judged.ready or proxy.lifecycle.protect:
+                actions.append(self._delete(proxy, vm, f"{why}, {judged.why}", keeper=kept))
             else:
-                why = f"waiting for the replacement {keeper.name} on {keeper.host} to run"
-                actions.append(block(vm.action(Delete, ""), why))
+                actions.append(block(vm.action(Delete, ""), f"{why}; {judged.why}"))
         return actions
-
-    def _second_step(
-        self, proxy: Proxy, vm: OwnedVm, why: str, *, keeper: Keeper, failing: bool
-    ) -> Action:
-        """The delete of a VM the proxy no longer needs; held while the kept VM's probe
-        fails, instead of the executor waiting for a health check that last failed."""
-        if failing and not proxy.lifecycle.protect:
-            held = f"{why}; waiting for {keeper.domain} to pass its health check"
-            return block(vm.action(Delete, ""), held)
-        return self._delete(proxy, vm, why, keeper=keeper)
 
     def _keep(self, proxy: Proxy, made: Made, vm: OwnedVm) -> Action:
         verdict = judge(
@@ -375,7 +368,8 @@ class _Planner:
         why_new = heal or f"spec changed ({replaces.digest[:8]} -> {digest[:8]})"
         reason = (
             f"{why_new}: {reason}; "
-            f"{replaces.name} on {replaces.host} is deleted once the new VM runs"
+            f"{replaces.name} on {replaces.host} is deleted in a later run, "
+            "once the new VM is healthy"
         )
         return Replace(
             reason=reason,

@@ -2,16 +2,18 @@
 
 Pure. ``pace`` numbers the replaces of a plan into batches per zone
 (``policy.rollout``: at most ``maxSurge`` + ``maxUnavailable`` replaces of a
-zone at once, at least 1), or blocks them all while the rollout of this
-revision is halted. The executor starts batch n+1 only once every new VM of
-batch n is healthy, and no further batch once one is not; the engine then
-records the halt, and the next plan of the same revision blocks every
-replace until a new commit (a fix or a revert) arrives.
+zone at once, at least 1) and lets only the first batch go: the others are
+blocked, and a later plan starts them once the replaces before them are done.
+A zone's proxies that are still finishing an earlier replace (their old VM
+waits for the new one's health) take the first batch's places, so batch n+1
+starts only once every new VM of batch n passed its health check and its old
+VM is gone. Nothing waits inside a run for that: each plan reads it from what
+was observed and the history (reconciler.core.plan.handover).
 
-Replaces are create-before-destroy, so they never take a serving VM away
-before its successor is healthy; a zone's proxies that are still finishing an
-earlier replace (their old VM waits for the new one's health) take batch
-places first.
+While the rollout of this revision is halted (a new VM passed no health check
+by its deadline) every replace is blocked, until a new commit (a fix or a
+revert) arrives. Replaces are create-before-destroy, so they never take a
+serving VM away before its successor is healthy.
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ def pace(
     zone_of: Mapping[str, str],
     zone_sizes: Mapping[str, int],
     in_flight: Mapping[str, int],
-    halted: str,
+    halted: Sequence[str],
 ) -> list[Action]:
-    """``actions`` with every Replace numbered into its zone's batches, or blocked with
-    ``halted`` (the reason) when that is not ""; heals go first, then by proxy name."""
+    """``actions`` with the Replaces of each zone's first batch left to go and the later ones
+    blocked (heals go first, then by proxy name); every Replace blocked while ``halted``
+    (the proxies whose new VM failed) names any."""
     if halted:
-        return [_halt(a, halted) if isinstance(a, Replace) else a for a in actions]
+        names = ", ".join(halted)
+        which = "their" if len(halted) > 1 else "its"
+        why = f"rollout halted: {names} failed {which} health check"
+        return [_block(a, why) if isinstance(a, Replace) else a for a in actions]
     by_zone: dict[str, list[Replace]] = defaultdict(list)
     for action in actions:
         if isinstance(action, Replace):
@@ -51,30 +57,17 @@ def pace(
     for action in actions:
         if isinstance(action, Replace):
             batch = batches[id(action)]
-            zone = zone_of.get(action.proxy or "", "")
-            note = f"; batch {batch} of zone {zone}" if batch > 1 else ""
-            action = _with_batch(action, batch, note)
+            if batch > 1:
+                zone = zone_of.get(action.proxy or "", "")
+                waits = f"batch {batch} of zone {zone}: waits until the replaces before it are done"
+                action = _block(action, f"{action.reason}; {waits}")
         result.append(action)
     return result
 
 
-def _with_batch(action: Replace, batch: int, note: str) -> Replace:
-    return Replace(
-        reason=action.reason + note,
-        proxy=action.proxy,
-        host=action.host,
-        domain=action.domain,
-        digest=action.digest,
-        vm=action.vm,
-        replaces=action.replaces,
-        batch=batch,
-        heal=action.heal,
-    )
-
-
-def _halt(action: Replace, reason: str) -> Blocked:
+def _block(action: Replace, reason: str) -> Blocked:
     return Blocked(
-        reason=f"rollout halted: {reason}",
+        reason=reason,
         proxy=action.proxy,
         host=action.host,
         domain=action.domain,

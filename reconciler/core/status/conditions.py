@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reconciler.model.history import Halt
-from reconciler.model.plan import ActionKind, Plan
+from reconciler.model.plan import ActionKind, Halt, Plan
 from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
@@ -35,6 +34,19 @@ def stalled(reason: str, message: str) -> Conditions:
         Condition("Reconciling", False, reason, message),
         Condition("Stalled", True, reason, message),
     )
+
+
+def head_refused(conditions: Conditions, message: str) -> Conditions:
+    """``conditions`` of a run of the last accepted revision, while the source refuses its
+    head: Stalled (SourceRefused) says so, and Ready is False for it until someone acts."""
+    found = []
+    for condition in conditions:
+        if condition.type == "Stalled" and not condition.status:
+            condition = Condition("Stalled", True, "SourceRefused", message)
+        elif condition.type == "Ready" and condition.status:
+            condition = Condition("Ready", False, "SourceRefused", message)
+        found.append(condition)
+    return tuple(found)
 
 
 def run_failed(message: str) -> Conditions:
@@ -83,7 +95,11 @@ def after_plan(
     else:
         ready = Condition("Ready", True, "Reconciled", f"{len(proxies)} proxy(ies) healthy")
     applied = sum(1 for o in outcomes if o.result is ActionResult.SUCCEEDED)
-    if failed or skipped:
+    if plan.halts:  # nothing is retried under a halt: a new commit resumes
+        reconciling = Condition(
+            "Reconciling", False, "RolloutHalted", "no replace of this revision goes any further"
+        )
+    elif failed or skipped:
         reconciling = Condition(
             "Reconciling", True, "RetryPending", "the next run retries what did not succeed"
         )
@@ -101,17 +117,22 @@ def after_plan(
     return (ready, reconciling, stalled)
 
 
-def day2(plan: Plan, halt: Halt | None) -> Conditions:
+def day2(plan: Plan, halts: Sequence[Halt]) -> Conditions:
     """RolloutHalted and ProbePathSuspect, present only while they hold."""
     found = []
-    if halt is not None:
+    if halts:
+        revision = halts[0].revision[:12] or "this revision"
+        names = ", ".join(h.proxy for h in halts)
+        which = "their" if len(halts) > 1 else "its"
+        vms = "; ".join(f"{h.proxy}: {h.reason}" for h in halts)
         found.append(
             Condition(
                 "RolloutHalted",
                 True,
                 "NewVmUnhealthy",
-                f"{halt.proxy}'s new VM {halt.domain}: {halt.reason}; no further replace of "
-                "this revision; the old VMs keep serving; a new commit resumes",
+                f"rollout of {revision} halted: {names} failed {which} health check ({vms}); "
+                "no further replace of this revision; the old VMs keep serving; a new commit "
+                "resumes",
             )
         )
     if plan.suspect_zones:

@@ -1,0 +1,142 @@
+"""The daemon's cycle, in one function that reads top to bottom.
+
+sync -> load once (the engine's read limits and secrets) -> claim the fleet ->
+the engine: guards -> observe -> plan (with the delete budget) -> act -> fold
+history -> report. ``source_cycle`` builds it from the source, the engine and
+the fleet's leadership; ``Daemon`` runs it on every trigger.
+
+A source that cannot give a revision makes a Stalled report naming why; a
+failed fetch reconciles the last good revision and lists the fetch error. A
+refused head (not a fast-forward, or ``verifyCommits``) keeps the fleet alive:
+the cycle reconciles the last revision it accepted, and the report names the
+refused one (``RunReport.refused``, Stalled/SourceRefused); only with nothing
+accepted yet in this process is it a Stalled report that touches no host.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from reconciler.adapters.git.source import Checkout, Source
+from reconciler.core.status.conditions import head_refused, stalled
+from reconciler.engine.leadership import Leadership, fleet_id
+from reconciler.engine.runtime import utc_now
+from reconciler.errors import InvalidInput, SourceError
+from reconciler.model import Repo
+from reconciler.model.report import RunReport, RunResult
+
+log = logging.getLogger(__name__)
+
+Cycle = Callable[[threading.Event], RunReport | None]
+"""One reconcile, given the stop flag; never raises (a bug becomes a FAILED report).
+None: this daemon stands by (another one leads the fleet) and did nothing."""
+
+Load = Callable[[Path], Repo]
+"""The repo at a directory, loaded with the engine's read limits and secrets; raises
+InvalidInput (``Engine.load``)."""
+
+Reconcile = Callable[..., RunReport]
+"""The engine: ``(root, revision)``, and with a ``load`` given to the cycle, ``loaded=`` the
+repo (or the InvalidInput) the cycle loaded (``Engine.reconcile_once``)."""
+
+
+def source_cycle(
+    source: Source,
+    reconcile: Reconcile,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    leadership: Leadership | None = None,
+    fleet: str | None = None,
+    load: Load | None = None,
+) -> Cycle:
+    """The cycle the daemon runs (the module docstring says what it does).
+
+    With ``leadership``, the fleet's lock is claimed between the load and the
+    engine: without it the cycle returns None and no host is touched; a repo
+    that does not load claims the lock of the fleet id last seen (its Stalled
+    report touches no host either way). ``fleet``: the lock to claim whatever
+    the repo says (one of several fleets, each pinned by the config; a repo
+    naming another fleet is Stalled by the engine's guard). ``load``: the
+    engine's load; the repo is then read once per cycle and handed to the
+    engine (without it, the engine loads it, and the lock's name costs a load
+    of its own).
+    """
+    accepted: list[Checkout] = []  # the last checkout the source gave, in this process
+
+    def cycle(stop: threading.Event) -> RunReport | None:
+        started = clock()
+        # 1. Sync: the head, or (refused) the last accepted revision, or nothing.
+        refusal: SourceError | None = None
+        try:
+            checkout = source.sync()
+            accepted[:] = [checkout]
+        except SourceError as exc:
+            if not exc.revision or not accepted:
+                reason = "SourceRefused" if exc.revision else "SourceUnavailable"
+                return source_stalled(
+                    str(exc),
+                    revision=exc.revision,
+                    started=started,
+                    reason=reason,
+                    finished=clock(),
+                )
+            refusal, checkout = exc, accepted[0]
+            log.warning("%s; reconciling the last accepted revision %s.", exc, checkout.revision)
+        # 2. Load once, with the engine's limits (a broken repo goes on to its Stalled report).
+        loaded: Repo | InvalidInput | None = None
+        if load is not None:
+            try:
+                loaded = load(checkout.root)
+            except InvalidInput as exc:
+                loaded = exc
+        # 3. Claim the fleet: its id is the lock's name.
+        if leadership is not None:
+            claimed = fleet or _fleet_name(checkout.root, loaded, load) or leadership.fleet
+            if claimed is not None and not leadership.claim(claimed):
+                return None
+        # 4. Guards, observe, plan, act, fold history, report: the engine.
+        if load is not None:
+            report = reconcile(checkout.root, checkout.revision, loaded=loaded)
+        else:
+            report = reconcile(checkout.root, checkout.revision)
+        # 5. What the source said belongs to the report too (and the fetch to its duration).
+        report = replace(report, started=min(started, report.started))
+        if checkout.fetch_error:
+            report = replace(report, problems=(checkout.fetch_error, *report.problems))
+        if refusal is not None:
+            message = f"{refusal}; the last accepted revision {checkout.revision[:12]} is applied"
+            report = replace(
+                report,
+                refused=refusal.revision,
+                problems=(str(refusal), *report.problems),
+                conditions=head_refused(report.conditions, message),
+            )
+        return report
+
+    return cycle
+
+
+def _fleet_name(root: Path, loaded: Repo | InvalidInput | None, load: Load | None) -> str | None:
+    """The fleet id of the repo the cycle loaded; loaded here only without the engine's
+    ``load`` (None: the repo does not load, and is never acted on, so needs no lock)."""
+    if isinstance(loaded, Repo):
+        return loaded.fleet.name
+    return fleet_id(root) if load is None else None
+
+
+def source_stalled(
+    message: str, *, revision: str, started: datetime, finished: datetime, reason: str
+) -> RunReport:
+    return RunReport(
+        started=started,
+        finished=finished,
+        result=RunResult.STALLED,
+        revision=revision,
+        problems=(message,),
+        conditions=stalled(reason, message),
+    )

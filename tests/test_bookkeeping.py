@@ -1,0 +1,93 @@
+"""What a run hands on to the next: restarts, health and halts folded into the history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from reconciler.engine.bookkeeping import after_run, for_plan
+from reconciler.model import Domain, DomainRef, DomainState, HostInventory, Inventory, Owner
+from reconciler.model.history import Halt, History, VmRecord
+from reconciler.model.plan import Start
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+REF = DomainRef("kvm01", "pf-home-web-1-aaaaaaaa")
+
+
+def world(state: DomainState, reason: str = "") -> Inventory:
+    domain = Domain(REF.domain, state, Owner("home", "web-1", "d" * 64), reason=reason)
+    return Inventory(hosts=(HostInventory("kvm01", True, domains=(domain,)),))
+
+
+def started(inventory: Inventory, kept: History) -> VmRecord:
+    start = Start(reason="", proxy="web-1", host=REF.host, domain=REF.domain)
+    history = after_run(
+        kept,
+        inventory=inventory,
+        halts=(),
+        outcomes=(ActionOutcome(start, ActionResult.SUCCEEDED),),
+        proxies=(),
+        now=NOW,
+    )
+    return history.record(REF.host, REF.domain)
+
+
+def test_a_start_of_a_crashed_vm_counts_as_a_restart_and_it_is_starting_again() -> None:
+    kept = History(vms=((REF, VmRecord(healthy_once=True)),))
+
+    record = started(world(DomainState.SHUTOFF, "crashed"), kept)
+
+    assert record.restarts == (NOW,) and not record.healthy_once
+
+
+def test_a_resume_after_an_io_pause_is_not_a_restart() -> None:
+    kept = History(vms=((REF, VmRecord(healthy_once=True)),))
+
+    record = started(world(DomainState.PAUSED, "ioerror"), kept)
+
+    assert record == VmRecord(healthy_once=True)
+
+
+def test_a_new_vm_running_without_an_address_yet_starts_its_failing_time() -> None:
+    booting = ProxyStatus("web-1", REF.host, REF.domain, state="running", health=Health.UNKNOWN)
+
+    history = after_run(
+        History(),
+        inventory=world(DomainState.RUNNING),
+        halts=(),
+        outcomes=(),
+        proxies=(booting,),
+        now=NOW,
+    )
+
+    assert history.record(REF.host, REF.domain) == VmRecord(failing_since=NOW)
+
+
+def test_halts_are_kept_as_a_set_and_handed_to_plans_of_their_revision_only() -> None:
+    halts = (
+        Halt("r2", "web-1", "pf-home-web-1-bbbbbbbb", "no check passed", NOW),
+        Halt("r2", "web-2", "pf-home-web-2-bbbbbbbb", "no check passed", NOW),
+    )
+    kept = after_run(
+        History(),
+        inventory=world(DomainState.RUNNING),
+        halts=halts,
+        outcomes=(),
+        proxies=(),
+        now=NOW,
+    )
+
+    assert for_plan(kept, now=NOW, revision="r2").halts == halts
+    assert for_plan(kept, now=NOW, revision="r3").halts == ()
+
+
+def test_a_history_file_with_the_single_halt_of_earlier_versions_reads_as_a_set_of_one() -> None:
+    from reconciler.adapters.state.historystore import decode, encode
+
+    halt = {"revision": "r2", "proxy": "web-1", "domain": "pf-x", "reason": "no IP"}
+    document = {"version": 1, "vms": [], "halt": {**halt, "since": NOW.isoformat()}}
+
+    history = decode(document)
+
+    assert [(h.proxy, h.domain) for h in history.halts] == [("web-1", "pf-x")]
+    assert decode(encode(history)) == history
