@@ -15,6 +15,7 @@ from typing import Any
 
 from reconciler.cli import (
     apply,
+    configcheck,
     console,
     daemon,
     get,
@@ -41,6 +42,7 @@ COMMANDS = (
     get,
     info,
     console,
+    configcheck,
 )
 
 
