@@ -22,6 +22,7 @@ from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.plan.keep import UP_TO_DATE
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError, TransientError
+from reconciler.logfields import carry
 from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo, fleet
 from reconciler.model.plan import replaced
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
@@ -151,7 +152,8 @@ def check_proxies(
     waits = any(t.fresh for t in targets) and settings.ip_wait_timeout > 0
     with ThreadPoolExecutor(max(1, settings.check_concurrency), "check") as pool:
         futures = [
-            pool.submit(_check_target, repo, t, hosts, prober, settings, runtime) for t in targets
+            pool.submit(carry(_check_target), repo, t, hosts, prober, settings, runtime)
+            for t in targets
         ]
         if waits:
             _watch(futures)

@@ -42,6 +42,7 @@ from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
+from reconciler.logfields import bind
 from reconciler.model import ActionKind, Inventory, Plan, Repo
 from reconciler.model.history import Halt, History
 from reconciler.model.plan import MUTATING
@@ -113,6 +114,7 @@ class Engine:
 
     def reconcile_once(self, root: Path, *, revision: str) -> RunReport:
         """One full cycle over the repo checked out at ``root`` (commit ``revision``)."""
+        bind(revision=revision[:12])
         started = self.runtime.clock()
         try:
             prepared = self.prepare(root, revision=revision, started=started)
