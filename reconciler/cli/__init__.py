@@ -18,6 +18,7 @@ from reconciler.cli import (
     configcheck,
     console,
     daemon,
+    deployfiles,
     get,
     hosts,
     info,
@@ -43,6 +44,7 @@ COMMANDS = (
     info,
     console,
     configcheck,
+    deployfiles,
 )
 
 
