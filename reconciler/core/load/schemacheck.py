@@ -77,6 +77,7 @@ _NO_FINAL_NEWLINE = "(?!\\n)"
 """Ends every anchored pattern of the schemas: Python's ``$`` also matches before a final
 newline, so ``^[a-z]+$`` alone would take ``"web\\n"``, which reaches domain names."""
 
+MISSING = "required field is missing"
 NOT_FINITE = "must be a finite number (.inf and .nan are not accepted)"
 
 
@@ -215,13 +216,15 @@ def _problems(
             child = (*path, name)
             if name not in instance and child not in suggested:
                 mark = document.key_mark(path)
-                yield _problem(document, mark, child, "required field is missing")
+                yield _problem(document, mark, child, MISSING)
     elif error.validator == "additionalProperties" and isinstance(instance, dict):
         allowed = _properties(error)
         for key in instance:
             if key not in allowed:
                 child = (*path, key)
-                yield _problem(document, document.key_mark(child), child, _unknown(key, allowed))
+                yield _problem(
+                    document, document.key_mark(child), child, unknown_field(key, allowed)
+                )
     elif error.validator in ("minProperties", "maxProperties"):
         message = hint or error.message
         yield _problem(document, document.key_mark(path), path, message)
@@ -251,7 +254,8 @@ def _describe_secret(error: ValidationError, sub: dict[str, Any], hint: str | No
     return f"{hint or 'invalid value'} (the value is not shown: this field may hold secrets)"
 
 
-def _unknown(key: str, allowed: Sequence[str]) -> str:
+def unknown_field(key: str, allowed: Sequence[str]) -> str:
+    """What to say of the field ``key`` where only ``allowed`` may stand."""
     best = suggest(key, allowed)
     if best:
         return f"unknown field (did you mean '{best}'?)"
