@@ -72,3 +72,38 @@ def test_a_fleet_yaml_that_does_not_parse_makes_no_proxy_miss_what_its_defaults_
     found = problems(repo)
     assert [p.split(":")[0] for p in found] == ["fleet.yaml", "s.yaml"], found
     assert found[1] == "s.yaml:4:1: spec.replicas: required field is missing"
+
+
+def test_a_misspelt_user_data_file_gets_a_did_you_mean_from_its_folder(tmp_path: Path) -> None:
+    proxy = (
+        "kind: Proxy\nmetadata:\n  name: p1\nspec:\n"
+        "  placement: {zone: z1, image: deb, machineType: small}\n"
+        "  cloudInit: {userDataFile: cloud-init/squid.cloudconfig}\n"
+    )
+    repo = write_repo(
+        tmp_path,
+        {
+            "fleet.yaml": MINIMAL_FLEET,
+            "p1.yaml": proxy,
+            "cloud-init/squid.cloud-config": "#cloud-config\npackages: [squid]\n",
+        },
+    )
+    (found,) = problems(repo)
+    assert found.endswith(
+        "'cloud-init/squid.cloudconfig' does not exist "
+        "(did you mean 'cloud-init/squid.cloud-config'?)"
+    ), found
+
+
+def test_a_cloud_config_vendor_data_is_checked_as_user_data_is(tmp_path: Path) -> None:
+    proxy = (
+        "kind: Proxy\nmetadata:\n  name: p1\nspec:\n"
+        "  placement: {zone: z1, image: deb, machineType: small}\n"
+        "  cloudInit:\n    vendorData: |\n      #cloud-config\n      pakages: [htop]\n"
+    )
+    repo = write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy})
+    (found,) = problems(repo)
+    assert found.startswith(
+        "p1.yaml:9:7: spec.cloudInit.vendorData: cloud-config: unknown key 'pakages' "
+        "(did you mean 'packages'?)"
+    ), found

@@ -145,6 +145,9 @@ def load_repo(
         proxies[index] = proxy
         problems.extend(found_here)
         problems.extend(cloudconfig.check(proxy, lines, budget=budget))
+        if proxy.vendor_data is not None:
+            vendor = userdata.vendor_source(proxy, fleet.document if fleet else None)
+            problems.extend(cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget))
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
