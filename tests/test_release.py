@@ -76,7 +76,7 @@ def test_validate_never_imports_libvirt() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_a_fresh_venv_installed_the_quick_way_shows_version_and_commit_and_validates(
+def test_a_fresh_venv_installed_the_quick_way_validates_and_prints_the_unit_for_itself(
     tmp_path: Path,
 ) -> None:
     """``pip install .`` from the checkout (README's quick path, what pipx and the pre-commit
@@ -135,6 +135,17 @@ def test_a_fresh_venv_installed_the_quick_way_shows_version_and_commit_and_valid
         cwd=tmp_path,
     ).stdout
     assert where.startswith(site), where  # the installed copy, not the checkout
+    unit = subprocess.run(
+        [program, "deploy", "print", "unit"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert unit.returncode == 0, unit.stderr  # the package data made it into the wheel
+    assert f"ExecStart={env_dir}/bin/proxyfleet run " in unit.stdout, unit.stdout
+    assert f"ExecPaths=/usr {env_dir}" in unit.stdout, unit.stdout
 
 
 def test_a_command_that_talks_to_a_host_names_the_extra_when_libvirt_is_missing(

@@ -15,8 +15,10 @@ from typing import Any
 
 from reconciler.cli import (
     apply,
+    configcheck,
     console,
     daemon,
+    deployfiles,
     get,
     hosts,
     info,
@@ -27,6 +29,7 @@ from reconciler.cli import (
     validate,
 )
 from reconciler.cli.exitcodes import INTERRUPTED, Parser
+from reconciler.cli.globalflags import add_global_flags, add_to_subcommands, applied, subparsers
 
 COMMANDS = (
     validate,
@@ -40,6 +43,8 @@ COMMANDS = (
     get,
     info,
     console,
+    configcheck,
+    deployfiles,
 )
 
 
@@ -51,18 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action=VersionAction, help="show the version and the git commit, and exit"
     )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0,
-        help="-v logs every libvirt call; -vv adds domain XML and metadata",
-    )
+    add_global_flags(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
-    for command_parser in sub.choices.values():
-        command_parser.description = plain(command_parser.description)
+    add_to_subcommands(parser)
+    plain_help(parser)
     return parser
 
 
@@ -86,12 +85,23 @@ def plain(text: str | None) -> str | None:
     return text.replace("``", "") if text is not None else None
 
 
+def plain_help(parser: argparse.ArgumentParser) -> None:
+    """``plain`` on every description, epilog and option help, nested commands too."""
+    parser.description = plain(parser.description)
+    parser.epilog = plain(parser.epilog)
+    for action in parser._actions:
+        action.help = plain(action.help)
+    for sub in subparsers(parser):
+        plain_help(sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.func(args)
-        sys.stdout.flush()
+        with applied(args):
+            code: int = args.func(args)
+            sys.stdout.flush()
     except BrokenPipeError:
         # `proxyfleet plan | head`: the reader left; say nothing more.
         devnull = os.open(os.devnull, os.O_WRONLY)

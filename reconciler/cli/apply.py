@@ -5,7 +5,7 @@ anything is observed: ``ApplyLock``), observes the live hosts, shows the
 plan, asks (unless ``--yes``), applies it, checks every proxy and prints the
 result. The lock is the one a running daemon holds (docs/operations.md): next
 to a daemon that leads the fleet, apply refuses and names the holder; with
-``--wait`` it waits until the lock is free (the daemon stopped).
+``--lock-timeout`` it waits that long for the lock to be free (the daemon stopped).
 
 Exit codes:
   0  every planned action succeeded and every proxy passed its health check
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli import exitcodes
-from reconciler.cli.applylock import ApplyLock, LockRefused
+from reconciler.cli.applylock import ApplyLock, LockRefused, add_lock_timeout_argument
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -90,12 +90,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
-    parser.add_argument(
-        "--wait",
-        action="store_true",
-        help="when another actor (a daemon, another apply) holds the fleet lock, wait for it "
-        "instead of refusing",
-    )
+    add_lock_timeout_argument(parser)
     parser.add_argument(
         "--no-wait",
         action="store_true",
@@ -146,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 return apply_with(
                     args,
                     engine,
-                    gate=lambda: lock.take(wait=args.wait, stop=stop),
+                    gate=lambda: lock.take(timeout=args.lock_timeout, stop=stop),
                     revision=revision,
                     loaded=repo,
                 )

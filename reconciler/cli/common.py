@@ -299,24 +299,33 @@ def image_cache(
     )
 
 
-def take_lock(lock: FleetLock, *, wait: bool, stop: threading.Event) -> bool:
-    """Take the fleet's lock for this apply, or say who has it; True once it is ours."""
+def take_lock(lock: FleetLock, *, timeout: float, stop: threading.Event) -> bool:
+    """Take the fleet's lock for this apply, or say who has it; True once it is ours.
+
+    ``timeout``: seconds to wait for a held lock (0: refuse at once, ``math.inf``: until
+    it is free or ``stop`` is set)."""
     try:
         if lock.acquire():
             return True
         holder = lock.holder()
         who = str(holder) if holder is not None else "another actor (unknown)"
-        if not wait:
+        if timeout <= 0:
             print(
                 f"proxyfleet apply: fleet {lock.fleet} is locked by {who}; nothing was applied. "
-                "Pass --wait to wait for the lock, or stop that actor first.",
+                "Pass --lock-timeout 10m (or forever) to wait for the lock, or stop that "
+                "actor first.",
                 file=sys.stderr,
             )
             return False
-        print(f"Waiting for the lock of fleet {lock.fleet}, held by {who} ...", file=sys.stderr)
-        if lock.acquire(wait=math.inf, stop=stop):
+        until = "" if math.isinf(timeout) else f" up to {timeout:g} s"
+        print(
+            f"Waiting{until} for the lock of fleet {lock.fleet}, held by {who} ...",
+            file=sys.stderr,
+        )
+        if lock.acquire(wait=timeout, stop=stop):
             return True
-        print("proxyfleet apply: stopped while waiting; nothing was applied.", file=sys.stderr)
+        why = "stopped while waiting" if stop.is_set() else f"still locked by {who} after the wait"
+        print(f"proxyfleet apply: {why}; nothing was applied.", file=sys.stderr)
         return False
     except CoordinationError as exc:
         print(

@@ -60,12 +60,9 @@ def add_socket_arguments(parser: argparse.ArgumentParser) -> None:
 def duration(text: str) -> float:
     """An argparse type: ``90``, ``30s``, ``5m``, ``1h``."""
     try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = durations.seconds(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
+        value = durations.from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0: {text}")
     return value

@@ -43,6 +43,7 @@ from reconciler.cli.common import (
     state_dir,
     table,
 )
+from reconciler.cli.globalflags import say as progress_line
 from reconciler.cli.inventory import configure_logging
 from reconciler.core.naming import resolve_image
 from reconciler.engine.observe import ImageSizes
@@ -174,7 +175,7 @@ def check_hosts(
         started = time.monotonic()
 
         def say(text: str) -> None:
-            print(f"{host.name}: {text} ...", file=sys.stderr, flush=True)
+            progress_line(f"{host.name}: {text} ...")
 
         say(
             f"connecting over SSH to {host.address}:{host.port} (up to "
@@ -189,7 +190,7 @@ def check_hosts(
             adapter.close()
         verdict = "ready" if report.ok else "NOT ready"
         seconds = time.monotonic() - started
-        print(f"{host.name}: {verdict} after {seconds:.1f} s", file=sys.stderr, flush=True)
+        progress_line(f"{host.name}: {verdict} after {seconds:.1f} s")
         with lock:
             reports[host.name] = report
 

@@ -95,6 +95,8 @@ def progress_bars(enabled: bool) -> Iterator[bool]:
     saved = root.handlers[:]
     console = Console(file=sys.stderr if sys.stderr.isatty() else sys.stdout)
     view = ProgressView(console, saved[0].formatter if saved else None)
+    for kept in saved[0].filters if saved else ():
+        view.addFilter(kept)  # the structured fields (reconciler.logfields)
     root.handlers[:] = [view]
     try:
         with view.progress:

@@ -5,7 +5,10 @@ host call by this command). The run that answers is the first one that starts
 after the request: when a run is going already, the next one (which fetches
 the repo again). Its outcome is printed as the daemon logged it: result,
 revision, duration, the Ready condition, what was applied, what failed, what
-a safety rule blocked, and the problems of a stalled run.
+a safety rule blocked, and the problems of a stalled run. While it waits, it says
+on stderr when the run was requested and then, every 30 s, how long it has waited
+(the control socket streams no progress; ``proxyfleet get`` shows the live
+picture, the daemon's journal every step); ``--quiet`` drops those lines.
 
 Exit codes, as ``apply`` gives them for the same run (docs/operations.md, "Exit codes"):
 0 the run succeeded and the fleet is Ready; 3 it went as far as it could but the fleet is
@@ -18,8 +21,10 @@ usage error.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Mapping
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from reconciler.cli import exitcodes
@@ -30,7 +35,11 @@ from reconciler.cli.controlclient import (
     duration,
     standby,
 )
+from reconciler.cli.globalflags import say
 from reconciler.errors import ConfigError, ControlError
+
+HEARTBEAT = 30.0
+"""Seconds between the "still waiting" lines while the run goes on."""
 
 
 def register(sub: Any) -> None:
@@ -53,13 +62,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        for answer in ask(args, {"command": "reconcile"}, timeout=args.timeout):
+        for answer in with_heartbeat(ask(args, {"command": "reconcile"}, timeout=args.timeout)):
             event = answer.get("event")
             if event == "queued":
                 going = (
                     " (a run is going; yours is the next one)" if answer.get("runningNow") else ""
                 )
-                print(f"Run requested{going}; waiting for its result.", file=sys.stderr, flush=True)
+                say(f"Run requested{going}; waiting for its result.")
             elif event == "standby":
                 return standby("reconcile", answer)
             elif event == "stopping":
@@ -73,6 +82,47 @@ def run(args: argparse.Namespace) -> int:
     except (ControlError, ConfigError) as exc:
         return complain("reconcile", exc)
     return complain("reconcile", ControlError("the daemon hung up without a result"))
+
+
+def with_heartbeat(answers: Iterator[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """``answers`` as they come, with a "still waiting" line every ``HEARTBEAT`` seconds
+    between them. The answers are read on a thread, so Ctrl-C stops the wait at once;
+    an error reading them is raised here."""
+    inbox: queue.Queue[tuple[Mapping[str, Any] | None, Exception | None]] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for answer in answers:
+                inbox.put((answer, None))
+        except Exception as exc:  # noqa: BLE001 - carried to the reading thread, raised there
+            inbox.put((None, exc))
+        else:
+            inbox.put((None, None))
+
+    threading.Thread(target=read, name="reconcile-answers", daemon=True).start()
+    started = time.monotonic()
+    while True:
+        try:
+            answer, error = inbox.get(timeout=HEARTBEAT)
+        except queue.Empty:
+            waited = elapsed(time.monotonic() - started)
+            say(f"Still waiting for the run: {waited} so far (proxyfleet get shows it live).")
+            continue
+        if error is not None:
+            raise error
+        if answer is None:
+            return
+        yield answer
+
+
+def elapsed(seconds: float) -> str:
+    """``45s``, ``2m05s``, ``1h02m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def run_exit_code(run: Mapping[str, Any]) -> int:

@@ -2,7 +2,9 @@
 
 Prints every problem as ``path:line:col: field.path: message`` on stderr (paths
 relative to DIR) and exits 1; a valid repo prints one summary line and exits 0.
-Nothing here talks to a host.
+``--json`` prints instead, on stdout, ``{"valid": …, "summary": …, "problems": [{"file",
+"line", "column", "field", "message"}, …]}`` (as ``terraform validate -json``), with
+the same exit codes. Nothing here talks to a host.
 
 Secrets: without ``--age-identity`` every ``${secret:NAME}`` must name an
 existing ``secrets/NAME.age``; with it, each must also decrypt. No value is
@@ -12,7 +14,10 @@ ever printed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,7 @@ from reconciler.cli.common import (
     secret_access,
 )
 from reconciler.core.load.manifests import load_repo
-from reconciler.errors import ConfigError, InvalidInput
+from reconciler.errors import ConfigError, InvalidInput, Problem
 from reconciler.model.fleet import Repo
 
 
@@ -47,6 +52,11 @@ def register(sub: Any) -> None:
         help="the same as --repo, the older way to say it",
     )
     add_age_identity_argument(parser, config=False)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the verdict and every problem (file, line, column, field, message) as JSON",
+    )
     parser.set_defaults(func=run)
 
 
@@ -62,11 +72,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         repo = load_repo(root, secrets=secrets)
     except InvalidInput as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
+        if args.json:
+            print(as_json(exc.problems, None))
+        else:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
         return 1
-    print(summary(repo))
+    print(as_json((), summary(repo)) if args.json else summary(repo))
     return 0
+
+
+def as_json(problems: Sequence[Problem], found: str | None) -> str:
+    """``validate --json``'s document: the verdict, the summary line, every problem."""
+    return json.dumps(
+        {
+            "valid": not problems,
+            "summary": found,
+            "problems": [dataclasses.asdict(problem) for problem in problems],
+        },
+        indent=2,
+    )
 
 
 def summary(repo: Repo) -> str:

@@ -28,6 +28,7 @@ from reconciler.engine.runtime import Runtime
 from reconciler.engine.targets import Target
 from reconciler.engine.targets import targets as find_targets
 from reconciler.errors import HostError, NotFoundError, TransientError
+from reconciler.logfields import carry
 from reconciler.model import DomainState, Inventory, Plan, Repo, fleet
 from reconciler.model.report import ActionOutcome, Health, ProxyStatus
 from reconciler.model.settings import ApplySettings
@@ -161,7 +162,7 @@ def check_proxies(
         look = partial(
             _check_target, repo, hosts=hosts, prober=prober, settings=settings, runtime=runtime
         )
-        futures = [pool.submit(_check_both, t, look) for t in targets]
+        futures = [pool.submit(carry(_check_both), t, look) for t in targets]
         if waits:
             _watch(futures)
         both = [f.result() for f in futures]

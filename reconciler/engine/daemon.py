@@ -30,6 +30,7 @@ from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
+from reconciler.logfields import start_run
 from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings
 
@@ -221,6 +222,7 @@ class Daemon:
             self._cycle_started = self._monotonic()
         started = self._clock()
         number = self.runs.start()
+        start_run(str(number))
         try:
             report = self._cycle(self.stop)
         except Exception as exc:  # a bug in one cycle must not end the daemon

@@ -49,6 +49,7 @@ from reconciler.engine.once import OncePerRun
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
+from reconciler.logfields import about, carry
 from reconciler.model import Action, Image, Plan
 from reconciler.model.plan import MUTATING, Cleanup, Create, Delete, Relabel, Replace, Start
 from reconciler.model.report import ActionOutcome, ActionResult, Health
@@ -137,13 +138,13 @@ class Executor:
                         return
                     index = queue.popleft()
                 with deletes if isinstance(actions[index], Delete) else others:
-                    outcome = self._run_guarded(actions[index])
+                    outcome = about(actions[index]).run(self._run_guarded, actions[index])
                 self._runtime.progress.touch()
                 with lock:
                     results[index] = outcome
 
         with ThreadPoolExecutor(len(workers), thread_name_prefix="apply") as pool:
-            futures = [pool.submit(work, host, queue) for host, queue in workers]
+            futures = [pool.submit(carry(work), host, queue) for host, queue in workers]
             for future in futures:
                 future.result()
         return results

@@ -42,6 +42,7 @@ from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
+from reconciler.logfields import bind
 from reconciler.model import ActionKind, Inventory, Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
@@ -122,6 +123,7 @@ class Engine:
     ) -> RunReport:
         """One full cycle over the repo checked out at ``root`` (commit ``revision``);
         ``loaded``: as ``load`` gave it (or its InvalidInput), None: loaded here."""
+        bind(revision=revision[:12])
         started = self.runtime.clock()
         try:
             prepared = self.prepare(root, revision=revision, started=started, loaded=loaded)

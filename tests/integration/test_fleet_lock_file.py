@@ -55,7 +55,7 @@ def test_apply_beside_a_leading_daemon_refuses_naming_it_and_with_wait_runs_once
         assert out == ""
 
         log = tmp_path / "waiting.stderr"
-        waiting = apply(remote.work, state, "--wait", stderr=log)
+        waiting = apply(remote.work, state, "--lock-timeout", "forever", stderr=log)
         # It waits (however long its start takes on a loaded machine), and goes on waiting.
         assert wait_until(
             lambda: (

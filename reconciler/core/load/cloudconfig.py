@@ -1,13 +1,12 @@
-"""userData that is ``#cloud-config``, checked against cloud-init's own JSON Schema.
+"""userData (and vendorData) that is ``#cloud-config``, checked against cloud-init's schema.
 
 A typo in a cloud-config key passes cloud-init silently: the guest boots, the
 module never runs and the proxy never becomes healthy. So every load of the
-fleet repo (``validate``, ``plan``, ``apply``, the daemon) checks each userData
-whose first line is ``#cloud-config`` (what cloud-init itself looks for) against
+fleet repo (``validate``, ``plan``, ``apply``, the daemon) checks each userData and
+vendorData whose first line is ``#cloud-config`` (as cloud-init looks) against
 ``schemas/cloud-init/schema-cloud-config-v1.json``, copied unchanged from the
-cloud-init named by ``CLOUD_INIT_VERSION`` (its README says where from and under
-which license). Anything else (a script, jinja, MIME, ``#include``) is passed on
-unchecked, as before.
+cloud-init of ``CLOUD_INIT_VERSION`` (its README says where from, which license).
+A script, jinja, MIME or ``#include`` is passed on unchecked.
 
 The text is read as cloud-init reads it, YAML 1.1 (``yes`` is a boolean), with
 each ``${secret:NAME}`` replaced by a placeholder first: the check never sees
@@ -20,9 +19,9 @@ texts, and their YAML values count against the load's value budget
 (reconciler.core.load.expansion): a ProxySet of 1,000 with ``${proxy.name}`` in
 a 1 MiB file would otherwise be 1,000 distinct texts, half a CPU-second each.
 
-Problems point at the manifest line (userData's block line + the line inside
-it, reconciler.core.load.userdata) and field ``spec.cloudInit.userData``, and never
-quote a value: cloud-config holds passwords and keys.
+Problems point at the manifest line (the block's line + the line inside it,
+reconciler.core.load.userdata) and field (``spec.cloudInit.userData`` or
+``vendorData``), and never quote a value: cloud-config holds passwords and keys.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from jsonschema import Draft4Validator, ValidationError
 
 from reconciler.core.load import userdata
 from reconciler.core.load.expansion import Budget, size
-from reconciler.core.load.reading import ProxyReading
+from reconciler.core.load.reading import ProxyReading, UserDataSource
 from reconciler.core.load.schemacheck import suggest
 from reconciler.core.load.yamlload import (
     FieldPath,
@@ -167,8 +166,20 @@ def check(
     """Problems of the proxy's userData as a cloud-config ([] when it is not one);
     ``lines``: every file's lines by path (the manifest's, or the userData file's);
     ``budget``: the load's, charged with the text (once) and its YAML values."""
-    text, source = proxy.user_data, proxy.source
-    if text is None or source is None or not is_cloud_config(text):
+    if proxy.user_data is None or proxy.source is None:
+        return []
+    return check_text(proxy.user_data, proxy.source, lines, budget=budget)
+
+
+def check_text(
+    text: str,
+    source: UserDataSource,
+    lines: Mapping[str, Sequence[str]],
+    *,
+    budget: Budget | None = None,
+) -> list[Problem]:
+    """``check`` for ``text`` written at ``source`` (vendorData: ``userdata.vendor_source``)."""
+    if not is_cloud_config(text):
         return []
     if budget is not None and budget.exhausted:
         return []  # said once, at the text or manifest where it ran out

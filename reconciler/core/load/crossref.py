@@ -104,14 +104,18 @@ def _check_references(proxy: ProxyReading, fleet: FleetReading) -> Iterator[Prob
         message = _unknown("machine type", machine_type, fleet.machine_types)
         yield _at(document, (*base, "machineType"), message)
     zone = proxy.zone
-    if zone is not None and zone not in fleet.zones and own("zone"):
+    # A host whose zone (or name) fleet.yaml left out already has its problem there; the
+    # zones (names) the rest list are not all there are, so a miss here proves nothing.
+    zones_known = all(h.zone is not None for h in fleet.hosts)
+    if zone is not None and zone not in fleet.zones and own("zone") and zones_known:
         yield _at(document, (*base, "zone"), _unknown("zone", zone, fleet.zones))
     host = proxy.host
     if host is not None:
         host_zone = fleet.zone_of(host)
         if host_zone is None:
-            known = [name for name, _ in fleet.host_zones]
-            yield _at(document, (*base, "host"), _unknown("host", host, known))
+            if zones_known and all(h.name is not None for h in fleet.hosts):
+                known = [name for name, _ in fleet.host_zones]
+                yield _at(document, (*base, "host"), _unknown("host", host, known))
         elif zone is not None and host_zone != zone:
             message = f"host '{host}' is in zone '{host_zone}', not in '{zone}'"
             yield _at(document, (*base, "host"), message)

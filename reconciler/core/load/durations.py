@@ -21,3 +21,12 @@ def seconds(value: float | int | str) -> float:
     if not PATTERN.fullmatch(text):
         raise ValueError(f"not a duration: {value!r} (write e.g. 30s, 5m, 1h or 1h30m)")
     return sum(float(number) * UNITS[unit] for number, unit in _PART.findall(text))
+
+
+def from_text(text: str) -> float:
+    """A duration as a flag gives it: seconds as a number (``90``, ``0.5``) or with units
+    (``30s``, ``5m``, ``1h30m``). Raises ValueError otherwise."""
+    try:
+        return float(text)
+    except ValueError:
+        return seconds(text)

@@ -48,7 +48,7 @@ from reconciler.core.load import (
 from reconciler.core.load.expansion import Budget, ExpandLimits
 from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet, read_proxy
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
-from reconciler.core.load.schemacheck import SCHEMA_FILES, check, did_you_mean
+from reconciler.core.load.schemacheck import MISSING, SCHEMA_FILES, check, did_you_mean
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
 from reconciler.core.load.userdatafile import UserDataFiles
 from reconciler.core.load.yamlload import (
@@ -125,6 +125,8 @@ def load_repo(
     defaults = _defaults(fleet)
     for document, kind in pending:
         found_here = _read_proxies(document, kind, defaults, proxies, budget=budget)
+        if fleet is None and FLEET_FILE in broken_files:
+            found_here = _not_for_defaults(found_here)
         problems.extend(found_here)
         if budget.proxies_refused:
             break  # one problem says so; the documents after it are not built
@@ -143,6 +145,9 @@ def load_repo(
         proxies[index] = proxy
         problems.extend(found_here)
         problems.extend(cloudconfig.check(proxy, lines, budget=budget))
+        if proxy.vendor_data is not None:
+            vendor = userdata.vendor_source(proxy, fleet.document if fleet else None)
+            problems.extend(cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget))
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
@@ -241,6 +246,20 @@ def _defaults(fleet: FleetReading | None) -> dict[str, Any]:
     return fleet.proxy_defaults if fleet is not None else {}
 
 
+def _not_for_defaults(problems: list[Problem]) -> list[Problem]:
+    """``problems`` but the missing fields fleet.yaml's proxyDefaults might have given: it
+    could not be read, so a proxy relying on it is not known to lack anything."""
+    return [
+        p
+        for p in problems
+        if not (
+            p.message == MISSING
+            and (p.field == "spec" or p.field.startswith("spec."))
+            and p.field != proxyset.REPLICAS
+        )
+    ]
+
+
 def _own(problems: list[Problem], inherited: frozenset[FieldPath]) -> list[Problem]:
     """The problems not at a value inherited from the defaults (fleet.yaml reports those)."""
     fields = [format_path(path) for path in inherited]
@@ -272,7 +291,7 @@ def _read_proxies(
     merged, inherited = proxydefaults.apply(proxyset.template(document), defaults)
     # The set's name is checked by its own schema (with room for -<ordinal>).
     found = [p for p in check(merged, "Proxy") if p.field != proxyset.NAME_FIELD]
-    found.extend(check(document, kind))
+    found = proxyset.with_replicas([*found, *check(document, kind)])
     metadata = document.data.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     # A set with problems (replicas: 1000000000 among them) expands to nothing: its

@@ -11,7 +11,9 @@ planner then treats their VMs as any proxy whose manifest is gone (``prune``,
 The document is checked twice over its own positions: against
 ``proxyset.schema.json`` (``replicas``, the set's name, no ``placement.host``)
 and, as its ``template``, against the Proxy schema, once however many replicas
-there are (so ``replicas: 0`` still checks the template). The set spreads over
+there are (so ``replicas: 0`` still checks the template); ``with_replicas`` makes
+the Proxy schema's word on an unknown spec field name ``replicas`` among what is
+allowed. The set spreads over
 its zone's hosts by the planner's placement rule (fewest proxies first), which
 is why a pin is refused.
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
+from reconciler.core.load.schemacheck import MISSING, schema, suggest, unknown_field
 from reconciler.core.load.yamlload import Document
+from reconciler.errors import Problem
 
 KIND: Final = "ProxySet"
 NAME_FIELD: Final = "metadata.name"
@@ -36,6 +40,26 @@ def template(document: Document) -> Document:
     if isinstance(spec, dict):
         templated["spec"] = {key: value for key, value in spec.items() if key != "replicas"}
     return replace(document, data=templated)
+
+
+REPLICAS: Final = "spec.replicas"
+_UNKNOWN: Final = "unknown field"
+
+
+def with_replicas(found: list[Problem]) -> list[Problem]:
+    """``found``, one set's problems (its template's Proxy check and its own), with each
+    unknown field of ``spec`` said against the set's fields, ``replicas`` among them; a
+    misspelt ``replicas`` is said once, as the typo (not also as a missing field)."""
+    allowed = sorted({*schema("Proxy")["properties"]["spec"]["properties"], "replicas"})
+    misspelt = False
+    said: list[Problem] = []
+    for problem in found:
+        parent, _, key = problem.field.rpartition(".")
+        if parent == "spec" and problem.message.startswith(_UNKNOWN):
+            problem = replace(problem, message=unknown_field(key, allowed))
+            misspelt = misspelt or suggest(key, allowed) == "replicas"
+        said.append(problem)
+    return [p for p in said if not (misspelt and p.field == REPLICAS and p.message == MISSING)]
 
 
 def replicas(document: Document) -> int:

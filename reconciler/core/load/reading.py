@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from reconciler.core.load import durations
 from reconciler.core.load.yamlload import Document, FieldPath
 from reconciler.model.fleet import (
     Amount,
@@ -368,12 +369,12 @@ def _health(value: dict[str, Any]) -> HealthCheck:
         proxy_port=value.get("proxyPort", defaults.proxy_port),
         probe_url=value.get("probeURL", defaults.probe_url),
         expect_status=value.get("expectStatus", defaults.expect_status),
-        timeout_seconds=float(value.get("timeoutSeconds", defaults.timeout_seconds)),
-        replace_after_seconds=float(
+        timeout_seconds=durations.seconds(value.get("timeoutSeconds", defaults.timeout_seconds)),
+        replace_after_seconds=durations.seconds(
             value.get("replaceAfterSeconds", defaults.replace_after_seconds)
         ),
         max_restarts=value.get("maxRestarts", defaults.max_restarts),
-        restart_window_seconds=float(
+        restart_window_seconds=durations.seconds(
             value.get("restartWindowSeconds", defaults.restart_window_seconds)
         ),
     )

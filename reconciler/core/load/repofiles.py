@@ -21,7 +21,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from reconciler.errors import Problem
 
@@ -90,6 +90,19 @@ class Reader:
         self._root = root
         self._limits = limits
         self.total = 0
+
+    def siblings(self, rel: str) -> list[str]:
+        """The regular files beside ``rel`` (repo-relative paths; none for a path that leaves
+        the repo or a folder that is missing or a link): what a typo in ``rel`` meant."""
+        parent = PurePosixPath(rel).parent
+        if parent.is_absolute() or ".." in parent.parts:
+            return []
+        folder = self._root / parent
+        if folder.is_symlink() or not folder.is_dir():
+            return []
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        return sorted(str(parent / name) for name in names)
 
     def read(self, rel: str) -> bytes | Problem:
         """The bytes of ``rel``, or the Problem that stops it from being read.

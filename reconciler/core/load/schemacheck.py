@@ -14,6 +14,12 @@ slip past ``minimum``/``maximum``: every comparison with NaN is False), and an
 integer is written without a point (JSON Schema counts ``2.0`` as an integer;
 it would reach the model, and a domain's XML, as ``2.0``).
 
+A time field (``*Seconds``) carries ``"x-duration": true`` and takes a number of
+seconds or a duration string (``30s``, ``10m``, ``1h30m``: ``durations``); the
+keyword holds a string to the pattern and to the field's own ``minimum``,
+``maximum`` and ``exclusiveMinimum`` (which JSON Schema applies to numbers only),
+and to whole seconds where the field is an integer.
+
 The daemon config (``DAEMON``) and the inventory JSON (``INVENTORY``) go through
 the same ``check``: one wording, one way of pinning an error to its line, for
 every file proxyfleet reads. Their loaders add only what a schema cannot say.
@@ -33,6 +39,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 
+from reconciler.core.load import durations
 from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
 from reconciler.errors import Problem
 
@@ -70,6 +77,7 @@ _NO_FINAL_NEWLINE = "(?!\\n)"
 """Ends every anchored pattern of the schemas: Python's ``$`` also matches before a final
 newline, so ``^[a-z]+$`` alone would take ``"web\\n"``, which reaches domain names."""
 
+MISSING = "required field is missing"
 NOT_FINITE = "must be a finite number (.inf and .nan are not accepted)"
 
 
@@ -96,8 +104,34 @@ def _integer(_checker: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def _duration(
+    _validator: object, enabled: object, instance: object, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    """``x-duration``: a string given for a time field (see the module docstring)."""
+    if not enabled or not isinstance(instance, str):
+        return
+    try:
+        value = durations.seconds(instance)
+    except ValueError:
+        yield ValidationError(
+            f"must be seconds or a duration such as 30s, 10m, 1h or 1h30m (got {instance!r})"
+        )
+        return
+    low, high = schema.get("minimum"), schema.get("maximum")
+    above = schema.get("exclusiveMinimum")
+    if low is not None and value < low:
+        yield ValidationError(f"must be at least {low} s (got {instance!r})")
+    if high is not None and value > high:
+        yield ValidationError(f"must be at most {high} s (got {instance!r})")
+    if above is not None and value <= above:
+        yield ValidationError(f"must be more than {above} s (got {instance!r})")
+    if "integer" in _strings(schema.get("type")) and not value.is_integer():
+        yield ValidationError(f"must be whole seconds (got {instance!r})")
+
+
 _Validator = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
+    validators={"x-duration": _duration},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"number": _number, "integer": _integer}
     ),
@@ -182,13 +216,15 @@ def _problems(
             child = (*path, name)
             if name not in instance and child not in suggested:
                 mark = document.key_mark(path)
-                yield _problem(document, mark, child, "required field is missing")
+                yield _problem(document, mark, child, MISSING)
     elif error.validator == "additionalProperties" and isinstance(instance, dict):
         allowed = _properties(error)
         for key in instance:
             if key not in allowed:
                 child = (*path, key)
-                yield _problem(document, document.key_mark(child), child, _unknown(key, allowed))
+                yield _problem(
+                    document, document.key_mark(child), child, unknown_field(key, allowed)
+                )
     elif error.validator in ("minProperties", "maxProperties"):
         message = hint or error.message
         yield _problem(document, document.key_mark(path), path, message)
@@ -218,7 +254,8 @@ def _describe_secret(error: ValidationError, sub: dict[str, Any], hint: str | No
     return f"{hint or 'invalid value'} (the value is not shown: this field may hold secrets)"
 
 
-def _unknown(key: str, allowed: Sequence[str]) -> str:
+def unknown_field(key: str, allowed: Sequence[str]) -> str:
+    """What to say of the field ``key`` where only ``allowed`` may stand."""
     best = suggest(key, allowed)
     if best:
         return f"unknown field (did you mean '{best}'?)"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from reconciler.core.load import durations
+from reconciler.core.load.durations import seconds
 from reconciler.core.load.schemacheck import DAEMON, check
 from reconciler.core.load.yamlload import Document, FieldPath, format_path, load_documents
 from reconciler.errors import ConfigError, Problem
@@ -95,14 +95,16 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
     coordination = dict(_pairs(doc, "coordination"))
     return DaemonSettings(
         repo=_repo(doc.get("repo") or {"url": ""}, base),
-        interval=durations.seconds(doc.get("interval", d.interval)),
+        interval=seconds(doc.get("interval", d.interval)),
         jitter=float(doc.get("jitter", d.jitter)),
         ssh=SshSettings(
             key_file=_path(ssh.get("keyFile"), base) or d.ssh.key_file,
             known_hosts_file=_path(ssh.get("knownHostsFile"), base) or d.ssh.known_hosts_file,
-            connect_timeout=float(ssh.get("connectTimeoutSeconds", d.ssh.connect_timeout)),
-            call_timeout=float(ssh.get("callTimeoutSeconds", d.ssh.call_timeout)),
-            keepalive_interval=float(ssh.get("keepaliveIntervalSeconds", d.ssh.keepalive_interval)),
+            connect_timeout=seconds(ssh.get("connectTimeoutSeconds", d.ssh.connect_timeout)),
+            call_timeout=seconds(ssh.get("callTimeoutSeconds", d.ssh.call_timeout)),
+            keepalive_interval=seconds(
+                ssh.get("keepaliveIntervalSeconds", d.ssh.keepalive_interval)
+            ),
             libvirt_transport=str(ssh.get("libvirtTransport", d.ssh.libvirt_transport)),
         ),
         listen=ListenSettings(host=host, port=port),
@@ -116,7 +118,7 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         log=LogSettings(
             level=str(log.get("level", d.log.level)), format=str(log.get("format", d.log.format))
         ),
-        replace_timeout=float(doc.get("replaceTimeoutSeconds", d.replace_timeout)),
+        replace_timeout=seconds(doc.get("replaceTimeoutSeconds", d.replace_timeout)),
         concurrency=ConcurrencySettings(
             per_host=int(dict(_pairs(doc, "concurrency")).get("perHost", d.concurrency.per_host)),
             deletes_per_host=int(
@@ -127,12 +129,12 @@ def _build(doc: Mapping[str, Any], base: Path) -> DaemonSettings:
         ),
         images=_images(dict(_pairs(doc, "images"))),
         fleet=str(doc["fleet"]) if "fleet" in doc else d.fleet,
-        delete_window=float(doc.get("deleteWindowSeconds", d.delete_window)),
+        delete_window=seconds(doc.get("deleteWindowSeconds", d.delete_window)),
         max_deletes_per_run=int(doc.get("maxDeletesPerRun", d.max_deletes_per_run)),
-        hung_after=float(doc.get("hungAfterSeconds", d.hung_after)),
+        hung_after=seconds(doc.get("hungAfterSeconds", d.hung_after)),
         coordination=CoordinationSettings(
             url=str(coordination.get("url", d.coordination.url)),
-            ttl=float(coordination.get("ttlSeconds", d.coordination.ttl)),
+            ttl=seconds(coordination.get("ttlSeconds", d.coordination.ttl)),
             member=str(coordination.get("member", d.coordination.member)),
         ),
         dns=_dns(doc["dns"], base) if doc.get("dns") else None,
@@ -160,7 +162,7 @@ def _repo(repo: Mapping[str, Any], base: Path) -> RepoSettings:
         known_hosts_file=_path(repo.get("knownHostsFile"), base),
         verify_commits=bool(repo.get("verifyCommits", DEFAULTS.repo.verify_commits)),
         allowed_signers_file=_path(repo.get("allowedSignersFile"), base),
-        fetch_timeout=float(repo.get("fetchTimeoutSeconds", DEFAULTS.repo.fetch_timeout)),
+        fetch_timeout=seconds(repo.get("fetchTimeoutSeconds", DEFAULTS.repo.fetch_timeout)),
         max_file_bytes=int(repo.get("maxFileBytes", DEFAULTS.repo.max_file_bytes)),
         max_repo_bytes=int(repo.get("maxRepoBytes", DEFAULTS.repo.max_repo_bytes)),
         allow_non_fast_forward=bool(
@@ -193,9 +195,9 @@ def _dns(dns: Mapping[str, Any], base: Path) -> DnsSettings:
         )
         if tsig
         else None,
-        ttl=durations.seconds(dns.get("ttl", d.ttl)),
+        ttl=seconds(dns.get("ttl", d.ttl)),
         policy=DnsPolicy(dns.get("policy", d.policy.value)),
-        timeout=durations.seconds(dns.get("timeout", d.timeout)),
+        timeout=seconds(dns.get("timeout", d.timeout)),
     )
 
 

@@ -23,12 +23,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from reconciler.core.load.reading import UserDataSource
+from reconciler.core.load import proxydefaults
+from reconciler.core.load.reading import ProxyReading, UserDataSource
 from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
 from reconciler.errors import Problem
 
 USER_DATA: Final[FieldPath] = ("spec", "cloudInit", "userData")
 FIELD: Final = "spec.cloudInit.userData"
+VENDOR_DATA: Final[FieldPath] = ("spec", "cloudInit", "vendorData")
+
+
+def vendor_source(proxy: ProxyReading, fleet: Document | None) -> UserDataSource:
+    """Where the proxy's vendorData was written: its manifest, or fleet.yaml's defaults."""
+    if fleet is not None and proxydefaults.inherits(proxy.inherited, VENDOR_DATA):
+        return UserDataSource(fleet, (*proxydefaults.DEFAULTS_PATH, *VENDOR_DATA[1:]))
+    return UserDataSource(proxy.document, VENDOR_DATA)
 
 
 def manifest_mark(

@@ -27,6 +27,7 @@ from pathlib import PurePosixPath
 from reconciler.core.load import proxydefaults, userdata, variables
 from reconciler.core.load.reading import ProxyReading, UserDataSource
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader
+from reconciler.core.load.schemacheck import did_you_mean
 from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import Problem
 
@@ -51,7 +52,7 @@ class UserDataFiles:
         if isinstance(raw, Problem):
             message = raw.message.replace("manifests must be", "userData files must be")
             if "No such file" in message:
-                message = "does not exist"
+                message = "does not exist" + did_you_mean(rel, self._reader.siblings(rel))
             elif message.startswith("larger than"):
                 message = f"is {message}"
             return Problem(rel, 0, 0, "", message)
