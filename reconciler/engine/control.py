@@ -235,6 +235,9 @@ class Control:
                 statusdoc.timestamp(record.failing_since) if record.failing_since else None
             ),
             "healthyOnce": record.healthy_once,
+            "healthySince": (
+                statusdoc.timestamp(record.healthy_since) if record.healthy_since else None
+            ),
             "restarts": [statusdoc.timestamp(when) for when in record.restarts],
         }
 

@@ -33,7 +33,7 @@ from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
-from reconciler.engine.bookkeeping import after_run, for_plan
+from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource
@@ -235,8 +235,9 @@ class Engine:
             runtime=self.runtime,
         )
         finished = self.runtime.clock()
-        self._remember(prepared, outcomes, checked.vms, now=finished)
-        report = build_report(prepared, outcomes, checked.proxies, finished=finished)
+        kept = self._remember(prepared, outcomes, checked.vms, now=finished)
+        proxies = with_since(checked.proxies, kept)
+        report = build_report(prepared, outcomes, proxies, finished=finished)
         report = publish(self.endpoints, prepared.repo, report)
         new = settling(
             prepared, outcomes, checked.vms, now=finished, window=self.settings.replace_timeout
@@ -250,9 +251,9 @@ class Engine:
         vms: Sequence[ProxyStatus],
         *,
         now: datetime,
-    ) -> None:
-        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history
-        and keep it."""
+    ) -> History:
+        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history,
+        keep it and return it."""
         halts = prepared.plan.halts
         history = after_run(
             prepared.history,
@@ -275,6 +276,7 @@ class Engine:
             self.history.save(history)
         except OSError as exc:
             log.warning("The history of this run was not kept: %s", exc)
+        return history
 
     def close(self) -> None:
         self.pool.close()

@@ -97,7 +97,10 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
         entry = proxy_entry(p)
         old = prev_proxies.get(p.name, {})
         same = all(old.get(k) == entry[k] for k in ("host", "domain", "state", "health"))
-        entry["since"] = old.get("since", when) if same else when
+        # The engine's record (history.json) when it has one: it outlives the runs a
+        # daemon holds in memory and the status file alike.
+        recorded = timestamp(p.since) if p.since is not None else None
+        entry["since"] = recorded or (old.get("since", when) if same else when)
         proxies.append(entry)
     hosts = [
         {
