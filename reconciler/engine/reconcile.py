@@ -33,6 +33,7 @@ from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
+from reconciler.core.status.hostcounts import after_run as hosts_after_run
 from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
@@ -313,7 +314,7 @@ def build_report(
     result = RunResult.SUCCESS
     if any(r is not ActionResult.SUCCEEDED for r in results):
         result = RunResult.PARTIAL
-    hosts = prepared.observation.hosts
+    hosts = hosts_after_run(prepared.observation.hosts, outcomes)
     suspended = prepared.repo.fleet.policy.suspend
     return RunReport(
         started=prepared.started,

@@ -162,17 +162,15 @@ def meaningful(doc: Mapping[str, Any] | None) -> Doc:
 
     Left out: timestamps (``updated``, every ``since``), the run history, what
     the last run applied (its effect shows in the proxies), why Reconciling
-    is False ("Converged" after a change, "NoChanges" on the next idle run)
-    and the per-host VM counts (observed before the apply, so they trail the
-    proxies by one run).
-    The newest run's result, failures and problems count.
+    is False ("Converged" after a change, "NoChanges" on the next idle run).
+    The newest run's result, failures and problems count, and so do the per-host
+    VM counts (as they stand after the run: a VM made or deleted by hand shows).
     """
     if not doc:
         return {}
     view = {k: v for k, v in doc.items() if k not in _VOLATILE}
     view["conditions"] = [_steady_condition(c) for c in doc.get("conditions", [])]
     view["proxies"] = [_without(p, ("since",)) for p in doc.get("proxies", [])]
-    view["hosts"] = [_without(h, ("owned", "foreign")) for h in doc.get("hosts", [])]
     runs = doc.get("runs") or []
     if runs and isinstance(runs[0], dict):
         view["lastRun"] = _without(runs[0], (*_RUN_TIMES, "applied"))
