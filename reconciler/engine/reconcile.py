@@ -44,7 +44,7 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.logfields import bind
-from reconciler.model import ActionKind, Inventory, Plan, Repo
+from reconciler.model import ActionKind, Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
 from reconciler.model.plan import MUTATING
@@ -111,8 +111,9 @@ class Engine:
             self.runtime.clock,
             cap=self.guards.max_deletes,
         )
-        self.last_inventory: Inventory | None = None
-        """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
+        self.last_observation: Observation | None = None
+        """What the last run observed, as soon as it has (``proxyfleet info`` reads VM
+        provenance from it, ``get`` what a first run has seen so far)."""
 
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
@@ -182,7 +183,7 @@ class Engine:
             if gate is not None:
                 gate()
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
-            self.last_inventory = observation.inventory
+            self.last_observation = observation
             refusal = check_shrink(repo, observation.inventory)
             if refusal is None:
                 observation = size_bases(repo, observation, self.images)

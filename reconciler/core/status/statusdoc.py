@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from reconciler.core.load.yamlload import load_documents
 from reconciler.model.plan import ActionKind, Blocked
-from reconciler.model.report import ActionResult, ProxyStatus, RunReport, RunResult
+from reconciler.model.report import ActionResult, HostStatus, ProxyStatus, RunReport, RunResult
 
 API_VERSION = "proxyfleet/v1"
 KIND = "FleetStatus"
@@ -70,6 +70,18 @@ def proxy_entry(p: ProxyStatus) -> Doc:
     }
 
 
+def host_entry(h: HostStatus) -> Doc:
+    """A host's status as plain values, as status.yaml has it."""
+    return {
+        "name": h.name,
+        "zone": h.zone,
+        "reachable": h.reachable,
+        "error": h.error,
+        "owned": h.owned,
+        "foreign": h.foreign,
+    }
+
+
 def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequence[Doc]) -> Doc:
     """The new document. ``runs`` is the history, newest first, this run included."""
     prev = previous or {}
@@ -102,17 +114,7 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
         recorded = timestamp(p.since) if p.since is not None else None
         entry["since"] = recorded or (old.get("since", when) if same else when)
         proxies.append(entry)
-    hosts = [
-        {
-            "name": h.name,
-            "zone": h.zone,
-            "reachable": h.reachable,
-            "error": h.error,
-            "owned": h.owned,
-            "foreign": h.foreign,
-        }
-        for h in sorted(report.hosts, key=lambda h: h.name)
-    ]
+    hosts = [host_entry(h) for h in sorted(report.hosts, key=lambda h: h.name)]
     plan_actions = report.plan.actions if report.plan is not None else ()
     blocked = [
         {
