@@ -136,3 +136,21 @@ def test_a_fleet_revision_the_checkout_does_not_hold_counts_as_behind(
 def test_a_directory_that_is_not_a_checkout_is_not_compared(tmp_path: Path) -> None:
     where = standing(tmp_path, StatusSettings(), timeout=30.0)
     assert not where.behind and "is not a git checkout" in where.unknown
+
+
+def test_a_status_branch_someone_else_wrote_is_not_believed_and_apply_goes_on(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = fleet.remote.work
+    git(work, "checkout", "-q", "--orphan", "forged")
+    git(work, "rm", "-q", "-rf", ".")
+    (work / ".proxyfleet").mkdir()
+    (work / ".proxyfleet" / "status.yaml").write_text("lastAttemptedRevision: [not, a, commit]\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "forged status")
+    git(work, "push", "-q", "origin", "HEAD:proxyfleet-status")
+
+    code = fleet.apply(fleet.laptop)
+
+    assert code == 0
+    assert "is not a status document proxyfleet wrote" in capsys.readouterr().err

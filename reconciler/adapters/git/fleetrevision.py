@@ -6,7 +6,8 @@ The daemon writes the fleet's status to the status branch of the fleet repo
 the checkout's own remote (the one its branch pulls from, else ``origin``), with
 the operator's git and credentials and no prompt, into the remote-tracking ref a
 plain ``git fetch`` would update; nothing else in the checkout changes. Of the
-branch's status.yaml it reads one field, ``lastAttemptedRevision`` (the last
+branch's status.yaml (read with the status writer's bounded loader and shape
+check) it takes one field, ``lastAttemptedRevision`` (the last
 revision a run acted on; ``lastAppliedRevision`` when that is empty), and
 checks it is a commit id; then ``git merge-base --is-ancestor`` tells whether the
 checkout's HEAD descends from it. A commit the checkout does not hold is one it
@@ -21,11 +22,9 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from reconciler.adapters.git.gitsource import redact
+from reconciler.core.status.statusdoc import parse_yaml
 from reconciler.model.settings import StatusSettings
 
 MAX_STATUS_BYTES = 64 * 1024 * 1024
@@ -109,12 +108,9 @@ def _fleet_revision(git: _Git, ref: str, path: str) -> str:
         raise _GitFailed(f"there is no {where}") from exc
     if size > MAX_STATUS_BYTES:
         raise _GitFailed(f"{where} is larger than {MAX_STATUS_BYTES} bytes; not read")
-    try:
-        doc: Any = yaml.safe_load(git("cat-file", "blob", f"{ref}:{path}"))
-    except (_GitFailed, yaml.YAMLError) as exc:
-        raise _GitFailed(f"{where} does not parse ({type(exc).__name__})") from exc
-    if not isinstance(doc, dict):
-        raise _GitFailed(f"{where} is not a status document")
+    doc = parse_yaml(git("cat-file", "blob", f"{ref}:{path}"))
+    if doc is None:  # the bounded loader, and the shape the status writer checks
+        raise _GitFailed(f"{where} is not a status document proxyfleet wrote")
     revision = doc.get("lastAttemptedRevision") or doc.get("lastAppliedRevision")
     if not isinstance(revision, str) or not _COMMIT.fullmatch(revision):
         raise _GitFailed(f"{where} names no applied revision yet")
