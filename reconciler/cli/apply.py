@@ -51,6 +51,7 @@ from reconciler.cli.common import (
     state_dir,
     table,
 )
+from reconciler.cli.fleetcheck import add_allow_older_argument, not_behind
 from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
@@ -96,11 +97,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
-    parser.add_argument(
-        "--allow-older",
-        action="store_true",
-        help="apply a checkout that does not descend from the revision the fleet last applied",
-    )
+    add_allow_older_argument(parser)
     add_lock_timeout_argument(parser)
     parser.add_argument(
         "--no-wait",
@@ -233,7 +230,7 @@ def apply_with(
     the repo as ``run`` loaded it with the engine's limits and secrets (``Engine.prepare``).
     ``standing``: where the checkout stands beside the fleet's revision; None: not asked."""
     root: Path = args.repo
-    if standing is not None and not _not_behind(standing(), allow_older=args.allow_older):
+    if standing is not None and not not_behind(standing(), allow_older=args.allow_older):
         return EXIT_ERROR
     prepared = engine.prepare(
         root, revision=(revision or start_revision(root))(), gate=gate, loaded=loaded
@@ -253,25 +250,6 @@ def apply_with(
         print()
         print(render_report(report))
     return exit_code(report)
-
-
-def _not_behind(where: Standing, *, allow_older: bool) -> bool:
-    """Say where the checkout stands when it matters (one line); False: refuse to go on."""
-    if where.unknown:
-        print(
-            f"proxyfleet apply: the fleet's revision is not known ({where.unknown}); "
-            "going on without comparing.",
-            file=sys.stderr,
-        )
-        return True
-    if not where.behind:
-        return True
-    behind = f"your checkout {where.checkout[:12]} is behind the fleet's {where.fleet[:12]}"
-    if allow_older:
-        print(f"proxyfleet apply: {behind}; going on (--allow-older).", file=sys.stderr)
-        return True
-    print(f"proxyfleet apply: {behind}; pull, or pass --allow-older", file=sys.stderr)
-    return False
 
 
 def bars_wanted(args: argparse.Namespace) -> bool:
