@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
-from reconciler.engine.bookkeeping import after_run, for_plan
+from reconciler.adapters.state.historystore import decode, encode
+from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.model import Domain, DomainRef, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.plan import Start
@@ -91,3 +93,38 @@ def test_a_history_file_with_the_single_halt_of_earlier_versions_reads_as_a_set_
 
     assert [(h.proxy, h.domain) for h in history.halts] == [("web-1", "pf-x")]
     assert decode(encode(history)) == history
+
+
+def checked(health: Health, kept: History, *, at: datetime) -> History:
+    proxy = ProxyStatus("web-1", REF.host, REF.domain, state="running", health=health)
+    return after_run(
+        kept, inventory=world(DomainState.RUNNING), halts=(), outcomes=(), proxies=(proxy,), now=at
+    )
+
+
+def test_healthy_since_is_the_first_passing_check_and_holds_until_a_failure() -> None:
+    later = NOW.replace(hour=13)
+    history = checked(Health.HEALTHY, checked(Health.HEALTHY, History(), at=NOW), at=later)
+    assert history.record(REF.host, REF.domain).healthy_since == NOW
+    proxy = ProxyStatus("web-1", REF.host, REF.domain, health=Health.HEALTHY)
+    assert with_since((proxy,), history)[0].since == NOW
+    failing = checked(Health.UNHEALTHY, history, at=later)
+    assert failing.record(REF.host, REF.domain).healthy_since is None
+    assert with_since((proxy,), failing)[0].since is None  # healthy now, by its record not
+    failed = dataclasses.replace(proxy, health=Health.UNHEALTHY)
+    assert with_since((failed,), failing)[0].since == later  # failing since
+    healthy_again = checked(Health.HEALTHY, failing, at=later.replace(hour=14))
+    assert healthy_again.record(REF.host, REF.domain).healthy_since == later.replace(hour=14)
+
+
+def test_a_restart_ends_healthy_since_and_a_check_of_unknown_health_keeps_it() -> None:
+    healthy = checked(Health.HEALTHY, History(), at=NOW)
+    unknown = checked(Health.UNKNOWN, healthy, at=NOW.replace(hour=13))
+    assert unknown.record(REF.host, REF.domain).healthy_since == NOW
+    record = started(world(DomainState.SHUTOFF, "crashed"), unknown)
+    assert record.healthy_since is None and record.restarts == (NOW,)
+
+
+def test_healthy_since_is_kept_in_the_history_file() -> None:
+    history = checked(Health.HEALTHY, History(), at=NOW)
+    assert decode(encode(history)).record(REF.host, REF.domain).healthy_since == NOW

@@ -23,6 +23,7 @@ from reconciler.adapters.surface.controlsocket import ControlServer, peer_uid, r
 from reconciler.cli import main
 from reconciler.engine.control import Control, Finished, RunBoard, picture
 from reconciler.engine.daemon import Daemon
+from reconciler.engine.observe import Observation
 from reconciler.errors import ControlError
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.history import History, VmRecord
@@ -161,7 +162,7 @@ def test_info_tells_vm_provenance_history_and_health_in_each_run() -> None:
         reports=lambda: [first, second],
         role=lambda: "leader of fleet f",
         history=lambda: history,
-        inventory=lambda: inventory,
+        observed=lambda: Observation(inventory=inventory, hosts=(), fleet="f"),
     )
     info = control.info("web-1")
     assert info["proxy"]["domain"] == DOMAIN and info["proxy"]["ip"] == "10.0.0.5"
@@ -171,6 +172,7 @@ def test_info_tells_vm_provenance_history_and_health_in_each_run() -> None:
     assert info["history"] == {
         "failingSince": None,
         "healthyOnce": True,
+        "healthySince": None,
         "restarts": ["2026-11-30T12:00:30Z"],
     }
     assert [r["health"] for r in info["runs"]] == ["healthy", "unhealthy"]

@@ -174,11 +174,14 @@ def test_a_force_push_is_accepted_when_the_daemon_config_allows_it(
     remote: Remote, tmp_path: Path
 ) -> None:
     source = source_for(remote, tmp_path, allow_non_fast_forward=True)
-    remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
-    source.sync()
+    added = remote.commit({"proxies/a.yaml": "kind: Proxy\n"}, "Add a")
+    assert source.sync().rolled_back_from == ""
     git(remote.work, "reset", "-q", "--hard", "HEAD~1")
     git(remote.work, "push", "-q", "--force", "origin", "HEAD:main")
-    assert source.sync().revision == git(remote.work, "rev-parse", "HEAD")
+    rolled = source.sync()
+    assert rolled.revision == git(remote.work, "rev-parse", "HEAD")
+    assert rolled.rolled_back_from == added  # the cycle's warning names both
+    assert source.sync().rolled_back_from == ""  # once: the next sync is no rollback
 
 
 def test_a_fast_forward_is_accepted(remote: Remote, tmp_path: Path) -> None:

@@ -43,8 +43,8 @@ def test_a_first_cycle_creates_every_proxy_and_reports_it_healthy(fleet: Fleet) 
     assert condition(report, "Reconciling") == (False, "Converged")
     assert condition(report, "Stalled") == (False, "Valid")
     assert [(h.name, h.reachable, h.owned) for h in report.hosts] == [
-        ("kvm01", True, 0),
-        ("kvm02", True, 0),
+        ("kvm01", True, 2),  # after the run: the VMs it made count
+        ("kvm02", True, 1),
     ]
 
 

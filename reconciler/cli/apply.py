@@ -1,6 +1,9 @@
 """``proxyfleet apply``: one reconcile, now, from a checkout on this machine.
 
-Loads the repo, takes the fleet's lock (once the hosts are dialling; before
+Loads the repo, checks the checkout is not behind the revision the fleet last
+applied (the daemon's status branch says which: a checkout behind it would
+plan the deletes of everything added since; ``--allow-older`` goes on anyway),
+takes the fleet's lock (once the hosts are dialling; before
 anything is observed: ``ApplyLock``), observes the live hosts, shows the
 plan, asks (unless ``--yes``), applies it, checks every proxy and prints the
 result. The lock is the one a running daemon holds (docs/operations.md): next
@@ -9,8 +12,8 @@ to a daemon that leads the fleet, apply refuses and names the holder; with
 
 Exit codes:
   0  every planned action succeeded and every proxy passed its health check
-  1  nothing applied: invalid repo or config, a refused or declined
-     confirmation, or the run itself broke
+  1  nothing applied: invalid repo or config, a checkout behind the fleet's
+     revision, a refused or declined confirmation, or the run itself broke
   3  applied, but an action failed or was skipped, or a proxy is not healthy
 """
 
@@ -26,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.cli import exitcodes
 from reconciler.cli.applylock import ApplyLock, LockRefused, add_lock_timeout_argument
@@ -48,6 +51,7 @@ from reconciler.cli.common import (
     state_dir,
     table,
 )
+from reconciler.cli.fleetcheck import add_allow_older_argument, not_behind
 from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
@@ -66,6 +70,9 @@ from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings
+
+if TYPE_CHECKING:
+    from reconciler.adapters.git.fleetrevision import Standing
 
 EXIT_OK = exitcodes.OK
 EXIT_ERROR = exitcodes.ERROR
@@ -90,6 +97,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
+    add_allow_older_argument(parser)
     add_lock_timeout_argument(parser)
     parser.add_argument(
         "--no-wait",
@@ -115,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         secrets = secret_access(identity, need_values=True)
     except ConfigError as exc:
         return identity_error(exc)
+    from reconciler.adapters.git.fleetrevision import standing as fleet_standing
+
     stop = threading.Event()
     revision = start_revision(args.repo)  # git answers while the repo loads
     limits = read_limits(settings)
@@ -144,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
                     gate=lambda: lock.take(timeout=args.lock_timeout, stop=stop),
                     revision=revision,
                     loaded=repo,
+                    standing=lambda: fleet_standing(
+                        args.repo, one.status, timeout=one.repo.fetch_timeout
+                    ),
                 )
             except LockRefused:
                 return EXIT_ERROR
@@ -209,12 +222,16 @@ def apply_with(
     gate: Callable[[], None] | None = None,
     revision: Callable[[], str] | None = None,
     loaded: Repo | None = None,
+    standing: Callable[[], Standing] | None = None,
 ) -> int:
     """The command once its engine exists (tests pass one over fake hosts). ``gate``: the
     fleet lock (``ApplyLock.take``), taken before the hosts are observed. ``revision``:
     the answer of a ``start_revision`` started earlier; asked now when None. ``loaded``:
-    the repo as ``run`` loaded it with the engine's limits and secrets (``Engine.prepare``)."""
+    the repo as ``run`` loaded it with the engine's limits and secrets (``Engine.prepare``).
+    ``standing``: where the checkout stands beside the fleet's revision; None: not asked."""
     root: Path = args.repo
+    if standing is not None and not not_behind(standing(), allow_older=args.allow_older):
+        return EXIT_ERROR
     prepared = engine.prepare(
         root, revision=(revision or start_revision(root))(), gate=gate, loaded=loaded
     )

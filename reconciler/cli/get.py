@@ -4,12 +4,14 @@ Asked over the daemon's control socket (root only): no git fetch and no host
 call by this command; the daemon answers from its last run, so the table is as
 fresh as that run (its time is printed; ``proxyfleet reconcile`` makes a new
 one). A stalled last run keeps the picture of the run before it, as the status
-file does. ``--json`` prints the daemon's answer: the status document
-(status.yaml's shape) under ``status``, the daemon's ``role``, and whether it
-is ``reconciling`` now.
+file does. During the daemon's first run it says so and shows what that run
+has observed so far: the hosts, and the fleet's VMs on them, not checked yet.
+``--json`` prints the daemon's answer: the status document (status.yaml's
+shape) under ``status``, the daemon's ``role``, whether it is ``reconciling``
+now, and ``firstRun: true`` (``status``: what is observed so far, or null).
 
 Exit codes: 0 printed, 4 this daemon stands by (the leader is named), 1 the
-daemon could not be asked or has not finished a run yet.
+daemon could not be asked or has not started a run yet.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2, sort_keys=True))
         return EXIT_OK
     status = answer.get("status")
+    if answer.get("firstRun"):
+        print(render_first_run(status, role=str(answer.get("role", ""))))
+        return EXIT_OK
     if not isinstance(status, Mapping):
         print("proxyfleet get: the daemon has not finished a run yet.", file=sys.stderr)
         return EXIT_ERROR
@@ -71,8 +76,23 @@ def render(status: Mapping[str, Any], *, role: str, busy: bool) -> str:
     revision = str(status.get("observedRevision", ""))[:12] or "-"
     head = f"As of the daemon's last run, finished {status.get('updated', '-')} at {revision}"
     head += "; a run is going now." if busy else "."
+    return _tables(status, head=head, role=role)
+
+
+def render_first_run(status: Any, *, role: str) -> str:
+    """The daemon's first run is going: what it has observed so far, or that it has not yet."""
+    head = "The daemon's first run is in progress"
+    if not isinstance(status, Mapping):
+        return _tables({}, head=f"{head}; it has observed nothing yet.", role=role)
+    head += "; what it has observed so far (no proxy checked yet):"
+    return _tables(status, head=head, role=role)
+
+
+def _tables(status: Mapping[str, Any], *, head: str, role: str) -> str:
     if role:
         head += f"\nDaemon: {role}."
+    if not status:
+        return head
     proxies = _dicts(status.get("proxies"))
     columns = ("name", "zone", "host", "state", "ip", "health", "since", "detail")
     rows = [tuple(_s(p, k) or "-" for k in columns) for p in proxies]

@@ -212,7 +212,7 @@ def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> 
             reports=lambda: daemon.reports,
             role=leadership.describe if leadership is not None else (lambda: ""),
             history=engine.history.load,
-            inventory=lambda: engine.last_inventory,
+            observed=lambda: engine.last_observation,
             standby=(lambda: leadership.fleet is not None and not leadership.leading)
             if leadership is not None
             else None,

@@ -8,7 +8,8 @@ rollout); ``after_run`` folds the run's plan, outcomes and health checks into it
   is starting again: its probe is judged once it has passed a check since; a resume of a
   paused VM (an I/O pause, a full pool) is neither: its guest never stopped;
 - a running proxy whose check failed is failing since the first such check,
-  one that passed is failing no more and has been healthy once; a proxy whose
+  one that passed is failing no more, has been healthy once and is healthy since
+  the first check it passed without a break; a proxy whose
   health is unknown (host unreachable, not checked) changes nothing, except a
   new VM that runs without an address yet: it has not passed, and its failing
   time starts (the planner's deadline needs one check of this box);
@@ -63,7 +64,11 @@ def after_run(
             restarts = (*record.restarts, now)[-KEPT_RESTARTS:]
             # Started again, it is starting again: its boot is not a failing probe.
             records[ref] = dataclasses.replace(
-                record, restarts=restarts, failing_since=None, healthy_once=False
+                record,
+                restarts=restarts,
+                failing_since=None,
+                healthy_once=False,
+                healthy_since=None,
             )
     for proxy in proxies:
         if not proxy.host or not proxy.domain:
@@ -73,13 +78,33 @@ def after_run(
         if proxy.health is Health.UNKNOWN and (record.healthy_once or proxy.state != "running"):
             continue
         if proxy.health is Health.HEALTHY:
-            record = dataclasses.replace(record, failing_since=None, healthy_once=True)
+            since = record.healthy_since or now
+            record = dataclasses.replace(
+                record, failing_since=None, healthy_once=True, healthy_since=since
+            )
         elif proxy.state == "running" and record.failing_since is None:
-            record = dataclasses.replace(record, failing_since=now)
+            record = dataclasses.replace(record, failing_since=now, healthy_since=None)
+        else:
+            record = dataclasses.replace(record, healthy_since=None)
         records[ref] = record
     live = {DomainRef(p.host, p.domain) for p in proxies if p.host and p.domain}
     records = _alive(records, inventory, live)
     return History(vms=tuple(sorted(records.items(), key=_key)), halts=tuple(halts))
+
+
+def with_since(proxies: Sequence[ProxyStatus], kept: History) -> tuple[ProxyStatus, ...]:
+    """``proxies`` with ``since`` from the record ``after_run`` kept for their VM: healthy
+    since, or failing since; None (left to the status's own fold) when it records neither."""
+    out = []
+    for proxy in proxies:
+        record = kept.record(proxy.host, proxy.domain) if proxy.domain else None
+        since = None
+        if record is not None and proxy.health is Health.HEALTHY:
+            since = record.healthy_since
+        elif record is not None and proxy.health is Health.UNHEALTHY:
+            since = record.failing_since
+        out.append(dataclasses.replace(proxy, since=since) if since is not None else proxy)
+    return tuple(out)
 
 
 def _alive(

@@ -13,7 +13,8 @@ queues the next one, coalesced with any other, reconciler.engine.triggers).
   or ``{"event": "stopping"}`` when the daemon stops first;
 - ``get``: the daemon's picture from its last run, without a fetch or a host
   call: proxies and hosts as status.yaml has them, the run, and whether a run
-  is going now;
+  is going now; during the first run, what it has observed so far (``firstRun``:
+  its hosts and the VMs it owns, not checked yet) or nothing yet;
 - ``info``: one proxy: its VM, host, IP and health from the last run, where the
   VM came from (the commit and time of its create, from its metadata), its
   health history (the kept record: failing since, healthy once, restarts; and
@@ -28,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.core.status import statusdoc
-from reconciler.model import Inventory
+from reconciler.engine.observe import Observation
 from reconciler.model.history import History
 from reconciler.model.plan import ActionKind
-from reconciler.model.report import ActionResult, RunReport
+from reconciler.model.report import ActionResult, ProxyStatus, RunReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,19 +113,20 @@ class Control:
         reports: Callable[[], Sequence[RunReport]],
         role: Callable[[], str],
         history: Callable[[], History] | None = None,
-        inventory: Callable[[], Inventory | None] | None = None,
+        observed: Callable[[], Observation | None] | None = None,
         standby: Callable[[], bool] | None = None,
     ) -> None:
         """``reports``: the daemon's last reports, newest last; ``role``: its standing
-        ("" without leadership); ``history``: the engine's kept history; ``inventory``:
-        what the last run observed (VM provenance); ``standby``: True while another
+        ("" without leadership); ``history``: the engine's kept history; ``observed``:
+        what the last (or the first, going) run observed: VM provenance, and ``get``
+        before a run has finished; ``standby``: True while another
         daemon leads the fleet (``get`` and ``info`` then name it instead of answering
         from an old picture)."""
         self._board = board
         self._reports = reports
         self._role = role
         self._history = history
-        self._inventory = inventory
+        self._observed = observed
         self._standby = standby
 
     def handle(
@@ -163,13 +165,18 @@ class Control:
         """The live picture: proxies, hosts and conditions as status.yaml would have them
         after the last run (a stalled run keeps the picture of the one before)."""
         answer: dict[str, Any] = {"role": self._role(), "reconciling": self._board.running}
-        return {**answer, "status": picture(self._reports())}
+        status = picture(self._reports())
+        if status is None and answer["reconciling"]:
+            observed = self._observed() if self._observed is not None else None
+            return {**answer, "firstRun": True, "status": first_sight(observed)}
+        return {**answer, "status": status}
 
     def info(self, name: str) -> dict[str, Any]:
         reports = list(self._reports())
         doc = picture(reports)
         if doc is None:
-            return {"error": "the daemon has not finished a run yet"}
+            going = "its first run is in progress" if self._board.running else "no run yet"
+            return {"error": f"the daemon has not finished a run yet ({going})"}
         proxy = next((p for p in doc["proxies"] if p["name"] == name), None)
         if proxy is None:
             known = ", ".join(p["name"] for p in doc["proxies"]) or "none"
@@ -197,7 +204,8 @@ class Control:
     def _provenance(self, reports: Sequence[RunReport], proxy: Mapping[str, Any]) -> dict[str, Any]:
         """Where the VM came from: its metadata as last observed, else the run that made it."""
         host_name, domain_name = proxy.get("host", ""), proxy.get("domain", "")
-        inventory = self._inventory() if self._inventory is not None else None
+        observed = self._observed() if self._observed is not None else None
+        inventory = observed.inventory if observed is not None else None
         host = inventory.host(host_name) if inventory is not None and host_name else None
         domain = next((d for d in host.domains if d.name == domain_name), None) if host else None
         if domain is not None and domain.owner is not None:
@@ -235,6 +243,9 @@ class Control:
                 statusdoc.timestamp(record.failing_since) if record.failing_since else None
             ),
             "healthyOnce": record.healthy_once,
+            "healthySince": (
+                statusdoc.timestamp(record.healthy_since) if record.healthy_since else None
+            ),
             "restarts": [statusdoc.timestamp(when) for when in record.restarts],
         }
 
@@ -247,6 +258,34 @@ def picture(reports: Sequence[RunReport]) -> dict[str, Any] | None:
         runs = [statusdoc.run_entry(r) for r in reversed(reports[: n + 1])]
         doc = statusdoc.build(report, doc, runs=runs)
     return doc
+
+
+NOT_CHECKED = "not checked yet: the daemon's first run is in progress"
+
+
+def first_sight(observed: Observation | None) -> dict[str, Any] | None:
+    """What a first run has observed so far, in status.yaml's shape (its hosts, and the
+    fleet's VMs found on them, health unknown); None when it has observed nothing yet."""
+    if observed is None:
+        return None
+    zones = {h.name: h.zone for h in observed.hosts}
+    proxies = [
+        ProxyStatus(
+            domain.owner.proxy,
+            host.name,
+            domain.name,
+            state=domain.state.value,
+            detail=NOT_CHECKED,
+            zone=zones.get(host.name, ""),
+        )
+        for host in observed.inventory.hosts
+        for domain in host.domains
+        if domain.owner is not None and domain.owner.fleet == observed.fleet
+    ]
+    return {
+        "proxies": [statusdoc.proxy_entry(p) for p in sorted(proxies, key=lambda p: p.name)],
+        "hosts": [statusdoc.host_entry(h) for h in sorted(observed.hosts, key=lambda h: h.name)],
+    }
 
 
 def run_summary(report: RunReport) -> dict[str, Any]:

@@ -11,6 +11,9 @@ refused head (not a fast-forward, or ``verifyCommits``) keeps the fleet alive:
 the cycle reconciles the last revision it accepted, and the report names the
 refused one (``RunReport.refused``, Stalled/SourceRefused); only with nothing
 accepted yet in this process is it a Stalled report that touches no host.
+A head accepted although it does not descend from the last revision
+(``repo.allowNonFastForward``) is logged as a warning naming both revisions and
+the deletes its plan made (``rollback_warning``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from reconciler.core.status.conditions import head_refused, stalled
 from reconciler.engine.leadership import Leadership, fleet_id
 from reconciler.engine.runtime import utc_now
 from reconciler.errors import InvalidInput, SourceError
-from reconciler.model import Repo
+from reconciler.model import ActionKind, Repo
 from reconciler.model.report import RunReport, RunResult
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,8 @@ def source_cycle(
         report = replace(report, started=min(started, report.started))
         if checkout.fetch_error:
             report = replace(report, problems=(checkout.fetch_error, *report.problems))
+        if checkout.rolled_back_from:
+            log.warning("%s", rollback_warning(checkout, report))
         if refusal is not None:
             message = f"{refusal}; the last accepted revision {checkout.revision[:12]} is applied"
             report = replace(
@@ -119,6 +124,29 @@ def source_cycle(
         return report
 
     return cycle
+
+
+NAMED_DELETES = 10
+"""Deletes a rollback's warning names; the rest are counted."""
+
+
+def rollback_warning(checkout: Checkout, report: RunReport) -> str:
+    """The warning for a head accepted by ``repo.allowNonFastForward`` that does not descend
+    from the revision before it: both revisions, and the deletes its plan made (count, and
+    the first ``NAMED_DELETES`` VMs by proxy)."""
+    head = (
+        f"Rollback accepted (repo.allowNonFastForward): {checkout.revision[:12]} does not "
+        f"descend from the last revision {checkout.rolled_back_from[:12]}"
+    )
+    if report.plan is None:
+        return f"{head}; it was not planned ({report.result.value} run)."
+    deletes = [a for a in report.plan.actions if a.kind is ActionKind.DELETE]
+    if not deletes:
+        return f"{head}; its plan deletes no VM."
+    names = [f"{a.proxy or '-'} ({a.domain} on {a.host})" for a in deletes[:NAMED_DELETES]]
+    more = len(deletes) - len(names)
+    listed = ", ".join(names) + (f" and {more} more" if more else "")
+    return f"{head}; its plan deletes {len(deletes)} VM(s): {listed}."
 
 
 def _fleet_name(root: Path, loaded: Repo | InvalidInput | None, load: Load | None) -> str | None:

@@ -39,6 +39,8 @@ class Observation:
 
     inventory: Inventory
     hosts: tuple[HostStatus, ...]
+    fleet: str = ""
+    """The fleet observed (``metadata.name``): its VMs are the owned ones."""
 
 
 def observe(
@@ -87,7 +89,9 @@ def observe(
                 found = HostInventory(name=host.name, reachable=False, error=why)
             inventories.append(found)
     statuses = tuple(_status(fleet, inv) for inv in inventories)
-    return Observation(inventory=Inventory(hosts=tuple(inventories)), hosts=statuses)
+    return Observation(
+        inventory=Inventory(hosts=tuple(inventories)), hosts=statuses, fleet=fleet.name
+    )
 
 
 class ImageSizes(Protocol):
@@ -117,7 +121,7 @@ def size_bases(repo: Repo, observation: Observation, images: ImageSizes) -> Obse
     if len(sizes) == len(inventory.base_sizes):
         return observation
     sized = Inventory(hosts=inventory.hosts, base_sizes=tuple(sizes))
-    return Observation(inventory=sized, hosts=observation.hosts)
+    return Observation(inventory=sized, hosts=observation.hosts, fleet=observation.fleet)
 
 
 def _read_one(name: str, hypervisor: Hypervisor) -> HostInventory:

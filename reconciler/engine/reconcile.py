@@ -33,7 +33,8 @@ from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
-from reconciler.engine.bookkeeping import after_run, for_plan
+from reconciler.core.status.hostcounts import after_run as hosts_after_run
+from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource
@@ -43,7 +44,7 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.logfields import bind
-from reconciler.model import ActionKind, Inventory, Plan, Repo
+from reconciler.model import ActionKind, Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
 from reconciler.model.plan import MUTATING
@@ -110,8 +111,9 @@ class Engine:
             self.runtime.clock,
             cap=self.guards.max_deletes,
         )
-        self.last_inventory: Inventory | None = None
-        """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
+        self.last_observation: Observation | None = None
+        """What the last run observed, as soon as it has (``proxyfleet info`` reads VM
+        provenance from it, ``get`` what a first run has seen so far)."""
 
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
@@ -181,7 +183,7 @@ class Engine:
             if gate is not None:
                 gate()
             observation = observe(repo.fleet, hosts, timeout=self.settings.observe_timeout)
-            self.last_inventory = observation.inventory
+            self.last_observation = observation
             refusal = check_shrink(repo, observation.inventory)
             if refusal is None:
                 observation = size_bases(repo, observation, self.images)
@@ -235,8 +237,9 @@ class Engine:
             runtime=self.runtime,
         )
         finished = self.runtime.clock()
-        self._remember(prepared, outcomes, checked.vms, now=finished)
-        report = build_report(prepared, outcomes, checked.proxies, finished=finished)
+        kept = self._remember(prepared, outcomes, checked.vms, now=finished)
+        proxies = with_since(checked.proxies, kept)
+        report = build_report(prepared, outcomes, proxies, finished=finished)
         report = publish(self.endpoints, prepared.repo, report)
         new = settling(
             prepared, outcomes, checked.vms, now=finished, window=self.settings.replace_timeout
@@ -250,9 +253,9 @@ class Engine:
         vms: Sequence[ProxyStatus],
         *,
         now: datetime,
-    ) -> None:
-        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history
-        and keep it."""
+    ) -> History:
+        """Fold this run (its plan's halts, its outcomes, every VM checked) into the history,
+        keep it and return it."""
         halts = prepared.plan.halts
         history = after_run(
             prepared.history,
@@ -275,6 +278,7 @@ class Engine:
             self.history.save(history)
         except OSError as exc:
             log.warning("The history of this run was not kept: %s", exc)
+        return history
 
     def close(self) -> None:
         self.pool.close()
@@ -311,7 +315,7 @@ def build_report(
     result = RunResult.SUCCESS
     if any(r is not ActionResult.SUCCEEDED for r in results):
         result = RunResult.PARTIAL
-    hosts = prepared.observation.hosts
+    hosts = hosts_after_run(prepared.observation.hosts, outcomes)
     suspended = prepared.repo.fleet.policy.suspend
     return RunReport(
         started=prepared.started,

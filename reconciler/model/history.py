@@ -28,6 +28,9 @@ class VmRecord:
     still starting (booting), and only a rollout's health gate judges it."""
     restarts: tuple[datetime, ...] = ()
     """When proxyfleet started it again (drift: correct), oldest first."""
+    healthy_since: datetime | None = None
+    """When its probe started passing without a break (None: not passing now, or not
+    checked since it was made or started): "healthy since" in get, info and STATUS.md."""
 
     def restarts_since(self, since: datetime) -> int:
         return sum(1 for when in self.restarts if when >= since)

@@ -67,6 +67,10 @@ class ProxyStatus:
     detail: str = ""
     """Why unhealthy / failed, in one sentence."""
     zone: str = ""
+    since: datetime | None = None
+    """Since when its VM has been healthy (or failing) without a break, from the history the
+    engine keeps (``history.json``); None: not recorded (the status counts from when it first
+    showed this state)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,23 @@ from reconciler.errors import SourceError
 
 @dataclass
 class FakeSource:
-    """Returns ``root`` at ``revision``; ``fetch_error`` or ``error`` simulate failures."""
+    """Returns ``root`` at ``revision``; ``fetch_error`` or ``error`` simulate failures,
+    ``rolled_back_from`` an accepted rollback."""
 
     root: Path
     revision: str = "0" * 40
     fetch_error: str = ""
     error: str = ""
+    rolled_back_from: str = ""
     syncs: int = 0
 
     def sync(self) -> Checkout:
         self.syncs += 1
         if self.error:
             raise SourceError(self.error, revision=self.revision)
-        return Checkout(revision=self.revision, root=self.root, fetch_error=self.fetch_error)
+        return Checkout(
+            revision=self.revision,
+            root=self.root,
+            fetch_error=self.fetch_error,
+            rolled_back_from=self.rolled_back_from,
+        )

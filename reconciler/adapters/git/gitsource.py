@@ -2,7 +2,8 @@
 
 The checkout lives in the state dir and belongs to the daemon alone: every
 sync fetches the branch, refuses a head that does not descend from the
-revision checked out (unless ``allowNonFastForward``), optionally verifies it
+revision checked out (unless ``allowNonFastForward``: then the checkout names
+the revision it rolled back from), optionally verifies it
 with ``git verify-commit`` and then makes the work tree exactly that commit
 (checkout -B, reset --hard, clean). A failed fetch keeps the last good
 checkout; a refused head is never checked out.
@@ -141,8 +142,16 @@ class GitSource:
             log.warning("%s; keeping revision %s", message, current[:12])
             return Checkout(revision=current, root=root, fetch_error=message)
         target = str(repo.git.rev_parse(f"refs/remotes/origin/{s.branch}^{{commit}}"))
-        if current is not None and target != current and not s.allow_non_fast_forward:
-            self._fast_forward_only(repo, current, target)
+        rolled_back_from = ""
+        if current is not None and target != current and not self._descends(repo, current, target):
+            if not s.allow_non_fast_forward:
+                raise SourceError(
+                    f"head {target[:12]} of branch {s.branch} does not descend from the last "
+                    f"revision {current[:12]} (a force-push or a rollback); refused until the "
+                    "branch moves forward again (repo.allowNonFastForward allows it)",
+                    revision=target,
+                )
+            rolled_back_from = current
         if s.verify_commits:
             self._verify(repo, target)
         if target != current or repo.is_dirty(untracked_files=True):
@@ -151,14 +160,14 @@ class GitSource:
             repo.git.clean("-ffdx")
             log.info("Checked out revision %s of branch %s.", target[:12], s.branch)
         _check_root(self._workdir, s.path, target)
-        return Checkout(revision=target, root=root)
+        return Checkout(revision=target, root=root, rolled_back_from=rolled_back_from)
 
-    def _fast_forward_only(self, repo: git.Repo, current: str, target: str) -> None:
-        """Refuse a head that does not descend from the revision checked out.
+    def _descends(self, repo: git.Repo, current: str, target: str) -> bool:
+        """Whether head ``target`` descends from the revision checked out.
 
-        A force-push or a rollback could bring back proxies (or drop them) the
-        fleet had moved past; the daemon stays on ``current`` until the branch
-        moves forward again or the daemon config allows it.
+        One that does not (a force-push or a rollback) could bring back proxies (or drop
+        them) the fleet had moved past: the daemon stays on ``current`` until the branch
+        moves forward again, unless the daemon config allows it.
         """
         try:
             repo.git.merge_base("--is-ancestor", current, target)
@@ -169,12 +178,8 @@ class GitSource:
                     f"{git_message(exc)}",
                     revision=target,
                 ) from exc
-            raise SourceError(
-                f"head {target[:12]} of branch {self._settings.branch} does not descend from "
-                f"the last revision {current[:12]} (a force-push or a rollback); refused "
-                "until the branch moves forward again (repo.allowNonFastForward allows it)",
-                revision=target,
-            ) from exc
+            return False
+        return True
 
     def _verify(self, repo: git.Repo, commit: str) -> None:
         s = self._settings

@@ -23,6 +23,9 @@ class Checkout:
     revision: str
     root: Path
     fetch_error: str = ""
+    rolled_back_from: str = ""
+    """The revision checked out before, when this one does not descend from it and was
+    accepted all the same (``repo.allowNonFastForward``: a rollback, a force-push); "" else."""
 
 
 class Source(Protocol):

@@ -1,6 +1,6 @@
 """Where what earlier runs saw is kept between runs: ``<state dir>/history.json``.
 
-The failure history of each VM (probe failing since, restarts) and a halted
+The history of each VM (probe failing since, healthy since, restarts) and a halted
 rollout must survive a daemon restart, or a crash loop would restart a VM for
 ever and a halted rollout would start again after every restart. They are
 facts about this box's runs, not desired state, so they live in the state dir
@@ -98,6 +98,7 @@ def encode(history: History) -> dict[str, Any]:
             "failingSince": _time(record.failing_since),
             "healthyOnce": record.healthy_once,
             "restarts": [_time(t) for t in record.restarts],
+            "healthySince": _time(record.healthy_since),
         }
         for ref, record in history.vms
     ]
@@ -120,6 +121,7 @@ def decode(document: Any) -> History:
     vms = []
     for entry in document.get("vms") or []:
         failing = entry.get("failingSince")
+        healthy = entry.get("healthySince")
         vms.append(
             (
                 DomainRef(str(entry["host"]), str(entry["domain"])),
@@ -127,6 +129,7 @@ def decode(document: Any) -> History:
                     failing_since=datetime.fromisoformat(failing) if failing else None,
                     healthy_once=bool(entry.get("healthyOnce", False)),
                     restarts=tuple(datetime.fromisoformat(t) for t in entry.get("restarts", [])),
+                    healthy_since=datetime.fromisoformat(healthy) if healthy else None,
                 ),
             )
         )

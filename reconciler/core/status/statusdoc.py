@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from reconciler.core.load.yamlload import load_documents
 from reconciler.model.plan import ActionKind, Blocked
-from reconciler.model.report import ActionResult, ProxyStatus, RunReport, RunResult
+from reconciler.model.report import ActionResult, HostStatus, ProxyStatus, RunReport, RunResult
 
 API_VERSION = "proxyfleet/v1"
 KIND = "FleetStatus"
@@ -70,6 +70,18 @@ def proxy_entry(p: ProxyStatus) -> Doc:
     }
 
 
+def host_entry(h: HostStatus) -> Doc:
+    """A host's status as plain values, as status.yaml has it."""
+    return {
+        "name": h.name,
+        "zone": h.zone,
+        "reachable": h.reachable,
+        "error": h.error,
+        "owned": h.owned,
+        "foreign": h.foreign,
+    }
+
+
 def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequence[Doc]) -> Doc:
     """The new document. ``runs`` is the history, newest first, this run included."""
     prev = previous or {}
@@ -97,19 +109,12 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
         entry = proxy_entry(p)
         old = prev_proxies.get(p.name, {})
         same = all(old.get(k) == entry[k] for k in ("host", "domain", "state", "health"))
-        entry["since"] = old.get("since", when) if same else when
+        # The engine's record (history.json) when it has one: it outlives the runs a
+        # daemon holds in memory and the status file alike.
+        recorded = timestamp(p.since) if p.since is not None else None
+        entry["since"] = recorded or (old.get("since", when) if same else when)
         proxies.append(entry)
-    hosts = [
-        {
-            "name": h.name,
-            "zone": h.zone,
-            "reachable": h.reachable,
-            "error": h.error,
-            "owned": h.owned,
-            "foreign": h.foreign,
-        }
-        for h in sorted(report.hosts, key=lambda h: h.name)
-    ]
+    hosts = [host_entry(h) for h in sorted(report.hosts, key=lambda h: h.name)]
     plan_actions = report.plan.actions if report.plan is not None else ()
     blocked = [
         {
@@ -159,17 +164,15 @@ def meaningful(doc: Mapping[str, Any] | None) -> Doc:
 
     Left out: timestamps (``updated``, every ``since``), the run history, what
     the last run applied (its effect shows in the proxies), why Reconciling
-    is False ("Converged" after a change, "NoChanges" on the next idle run)
-    and the per-host VM counts (observed before the apply, so they trail the
-    proxies by one run).
-    The newest run's result, failures and problems count.
+    is False ("Converged" after a change, "NoChanges" on the next idle run).
+    The newest run's result, failures and problems count, and so do the per-host
+    VM counts (as they stand after the run: a VM made or deleted by hand shows).
     """
     if not doc:
         return {}
     view = {k: v for k, v in doc.items() if k not in _VOLATILE}
     view["conditions"] = [_steady_condition(c) for c in doc.get("conditions", [])]
     view["proxies"] = [_without(p, ("since",)) for p in doc.get("proxies", [])]
-    view["hosts"] = [_without(h, ("owned", "foreign")) for h in doc.get("hosts", [])]
     runs = doc.get("runs") or []
     if runs and isinstance(runs[0], dict):
         view["lastRun"] = _without(runs[0], (*_RUN_TIMES, "applied"))

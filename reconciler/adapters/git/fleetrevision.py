@@ -1,0 +1,148 @@
+"""The revision the fleet last applied, and whether a checkout descends from it: what
+``proxyfleet apply`` asks before it plans (docs/operations.md, "apply from a checkout").
+
+The daemon writes the fleet's status to the status branch of the fleet repo
+(reconciler.adapters.git.statuswriter). ``standing`` fetches that branch from
+the checkout's own remote (the one its branch pulls from, else ``origin``), with
+the operator's git and credentials and no prompt, into the remote-tracking ref a
+plain ``git fetch`` would update; nothing else in the checkout changes. Of the
+branch's status.yaml (read with the status writer's bounded loader and shape
+check) it takes one field, ``lastAttemptedRevision`` (the last
+revision a run acted on; ``lastAppliedRevision`` when that is empty), and
+checks it is a commit id; then ``git merge-base --is-ancestor`` tells whether the
+checkout's HEAD descends from it. A commit the checkout does not hold is one it
+is behind. Anyone who can push may write the status branch: what is read there
+can only make ``apply`` refuse (or say it cannot tell), never act.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.adapters.git.gitsource import redact
+from reconciler.core.status.statusdoc import parse_yaml
+from reconciler.model.settings import StatusSettings
+
+MAX_STATUS_BYTES = 64 * 1024 * 1024
+"""A status.yaml larger than this is not read (a fleet of thousands stays far below)."""
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A checkout beside the fleet: ``behind`` when it does not descend from ``fleet``."""
+
+    checkout: str = ""
+    """The commit the checkout has out ("" when it is not a git checkout)."""
+    fleet: str = ""
+    """The revision the fleet last applied; "" when not known (``unknown`` says why)."""
+    behind: bool = False
+    unknown: str = ""
+    """Why the fleet's revision is not known, in one sentence; "" when it is."""
+
+
+class _GitFailed(Exception):
+    """A git command failed; the message is its last line of stderr."""
+
+
+def standing(root: Path, status: StatusSettings, *, timeout: float) -> Standing:
+    """Where the checkout at ``root`` stands beside the fleet whose daemon writes
+    ``status``. Never raises: what cannot be told comes back in ``unknown``.
+
+    Cost: one fetch of the status branch from the checkout's remote (network,
+    ``timeout`` seconds at most), and a few local git commands.
+    """
+    git = _Git(root, timeout)
+    try:
+        head = git("rev-parse", "--verify", "HEAD^{commit}")
+    except _GitFailed:
+        return Standing(unknown=f"{root} is not a git checkout")
+    if not status.enabled:
+        return Standing(checkout=head, unknown="the daemon writes no status (status.enabled)")
+    remote = _remote(git)
+    ref = f"refs/remotes/{remote}/{status.branch}"
+    try:
+        git("fetch", "--no-tags", "--quiet", remote, f"+refs/heads/{status.branch}:{ref}")
+    except _GitFailed as exc:
+        return Standing(
+            checkout=head,
+            unknown=f"the status branch {status.branch} was not fetched from {remote}: {exc}",
+        )
+    try:
+        fleet = _fleet_revision(git, ref, _status_file(status))
+    except _GitFailed as exc:
+        return Standing(checkout=head, unknown=str(exc))
+    try:
+        git("merge-base", "--is-ancestor", fleet, head)
+    except _GitFailed:  # 1: not an ancestor; 128: a commit this checkout does not hold
+        return Standing(checkout=head, fleet=fleet, behind=True)
+    return Standing(checkout=head, fleet=fleet)
+
+
+def _remote(git: _Git) -> str:
+    """The remote the checked-out branch pulls from, else ``origin``."""
+    try:
+        branch = git("symbolic-ref", "--quiet", "--short", "HEAD")
+        remote = git("config", "--get", f"branch.{branch}.remote")
+    except _GitFailed:
+        return "origin"
+    return remote if remote and remote != "." else "origin"
+
+
+def _status_file(status: StatusSettings) -> str:
+    directory = status.path.strip("/")
+    return f"{directory}/status.yaml" if directory and directory != "." else "status.yaml"
+
+
+def _fleet_revision(git: _Git, ref: str, path: str) -> str:
+    """``lastAttemptedRevision`` (else ``lastAppliedRevision``) of status.yaml at ``ref``;
+    raises _GitFailed saying why when there is no such commit id."""
+    where = f"{path} on the status branch"
+    try:
+        size = int(git("cat-file", "-s", f"{ref}:{path}"))
+    except (_GitFailed, ValueError) as exc:
+        raise _GitFailed(f"there is no {where}") from exc
+    if size > MAX_STATUS_BYTES:
+        raise _GitFailed(f"{where} is larger than {MAX_STATUS_BYTES} bytes; not read")
+    doc = parse_yaml(git("cat-file", "blob", f"{ref}:{path}"))
+    if doc is None:  # the bounded loader, and the shape the status writer checks
+        raise _GitFailed(f"{where} is not a status document proxyfleet wrote")
+    revision = doc.get("lastAttemptedRevision") or doc.get("lastAppliedRevision")
+    if not isinstance(revision, str) or not _COMMIT.fullmatch(revision):
+        raise _GitFailed(f"{where} names no applied revision yet")
+    return revision
+
+
+class _Git:
+    """git in the checkout at ``root``: one command's stdout, stripped; raises _GitFailed."""
+
+    def __init__(self, root: Path, timeout: float) -> None:
+        self._root = root
+        self._timeout = timeout
+        self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+    def __call__(self, *args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(self._root), *args],
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=self._timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise _GitFailed(f"git {args[0]} did not answer in {self._timeout:g} s") from exc
+        except OSError as exc:
+            raise _GitFailed(f"git did not run: {exc}") from exc
+        if done.returncode != 0:
+            lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+            raise _GitFailed(
+                redact(lines[-1]) if lines else f"git {args[0]} exited {done.returncode}"
+            )
+        return done.stdout.strip()
