@@ -4,6 +4,11 @@ With ``--inventory FILE`` it plans offline against an inventory in the
 ``proxyfleet inventory --json`` format; without it, it reads the live hosts
 (host access as for ``apply``). ``--json`` prints the plan as JSON.
 
+``-out FILE`` plans exactly as ``apply`` would (live hosts, and the state dir's
+history and delete budget) and saves the plan with what it was computed from,
+mode 0600 and without a secret's value; ``proxyfleet apply FILE`` applies it, or
+refuses when the repo, the hosts or the plan changed since. Not with ``--inventory``.
+
 Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
 interrupted create), ``-/+`` replace, ``~`` start or
 relabel (the VM's recorded protect flag), ``!`` blocked (with the action it
@@ -29,7 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli import exitcodes
+from reconciler.cli import exitcodes, savedplan
+from reconciler.cli.applyengine import Started, with_engine
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -47,6 +53,7 @@ from reconciler.core.plan.planner import plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
 from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
+from reconciler.model.report import RunReport
 from reconciler.model.secrets import SENSITIVE
 
 EXIT_NO_CHANGES = exitcodes.OK
@@ -105,12 +112,28 @@ def register(sub: Any) -> None:
         help="plan against this inventory (`proxyfleet inventory --json`) instead of live hosts",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "-out",
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="save the plan (mode 0600, no secret values) for `proxyfleet apply FILE`",
+    )
     add_host_access_arguments(parser, state_dir=True)
     add_age_identity_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        if args.inventory is not None:
+            print(
+                "proxyfleet plan: -out saves a plan of the live hosts; "
+                "a plan against --inventory cannot be applied",
+                file=sys.stderr,
+            )
+            return exitcodes.USAGE
+        return with_engine(args, args.repo, lambda started: _save(args, started), locked=False)
     try:
         # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
         identity = configured_identity(args)
@@ -143,6 +166,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_plan(result, color=_use_color()))
     return plan_exit_code(result, inventory)
+
+
+def _save(args: argparse.Namespace, started: Started) -> int:
+    """``plan -out``: prepare as ``apply`` does (no lock: nothing is changed), print, save."""
+    prepared = started.engine.prepare(args.repo, revision=started.revision(), loaded=started.loaded)
+    if isinstance(prepared, RunReport):
+        print(f"{args.repo}: nothing was planned or saved:", file=sys.stderr)
+        for problem in prepared.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
+    listing = plan_json(prepared.plan)
+    savedplan.write(
+        args.out, savedplan.saved(prepared, root=args.repo, listing=listing, path=args.out)
+    )
+    if args.json:
+        print(json.dumps(listing, indent=2))
+    else:
+        print(render_plan(prepared.plan, color=_use_color()))
+        print(f"\nSaved the plan to {args.out}. To apply exactly it: proxyfleet apply {args.out}")
+    return plan_exit_code(prepared.plan, prepared.observation.inventory)
 
 
 def plan_exit_code(result: Plan, inventory: Inventory) -> int:
