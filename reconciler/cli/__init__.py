@@ -29,7 +29,13 @@ from reconciler.cli import (
     validate,
 )
 from reconciler.cli.exitcodes import INTERRUPTED, Parser
-from reconciler.cli.globalflags import add_global_flags, add_to_subcommands, applied, subparsers
+from reconciler.cli.globalflags import (
+    add_global_flags,
+    add_to_subcommands,
+    applied,
+    resolve_output,
+    subparsers,
+)
 
 COMMANDS = (
     validate,
@@ -98,6 +104,7 @@ def plain_help(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    resolve_output(parser, args)
     try:
         with applied(args):
             code: int = args.func(args)
