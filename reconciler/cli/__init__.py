@@ -15,6 +15,7 @@ from typing import Any
 
 from reconciler.cli import (
     apply,
+    completion,
     configcheck,
     console,
     daemon,
@@ -51,6 +52,7 @@ COMMANDS = (
     console,
     configcheck,
     deployfiles,
+    completion,
 )
 
 
