@@ -29,7 +29,7 @@ def world(tmp_path: Path) -> FleetRepo:
 def save(world: FleetRepo, path: Path, *, revision: str = "rev1") -> int:
     """``plan -out path`` with the world's engine (its fake hosts)."""
     args = build_parser().parse_args(["plan", "--repo", str(world.root), "-out", str(path)])
-    return plan._save(args, Started(world.engine, None, lambda: revision, None))
+    return plan._live(args, Started(world.engine, None, lambda: revision, None))
 
 
 def apply_saved(world: FleetRepo, path: Path, *, revision: str = "rev1") -> int:
@@ -48,7 +48,7 @@ def test_a_saved_plan_is_applied_without_asking_and_does_what_it_listed(
     assert save(world, path) == 2
     listed = capsys.readouterr().out
     assert world.mutating_calls() == [], "plan -out changes nothing"
-    assert "Plan: 3 to create" in listed and f"proxyfleet apply {path}" in listed
+    assert "Plan: 3 to create" in listed and f"To apply it: proxyfleet apply {path}" in listed
 
     code = apply_saved(world, path)
 

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 def script(parser: argparse.ArgumentParser, *, shell: str) -> str:
     """The completion script for ``shell`` of the command line ``parser`` parses."""
-    subs, opts, values = [], [], []
+    subs: list[str] = []
+    opts: list[str] = []
+    values: list[str] = []
     positionals: dict[str, str] = {}
     for path, node in _walk(parser, "proxyfleet"):
         names = _subcommands(node)

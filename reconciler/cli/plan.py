@@ -2,12 +2,13 @@
 
 With ``--inventory FILE`` it plans offline against an inventory in the
 ``proxyfleet inventory --json`` format; without it, it reads the live hosts
-(host access as for ``apply``). ``--json`` prints the plan as JSON.
+(host access as for ``apply``) and plans exactly as ``apply`` would: its guards,
+and the state dir's history (halts, back-offs) and delete window. ``--json``
+prints the plan as JSON.
 
-``-out FILE`` plans exactly as ``apply`` would (live hosts, and the state dir's
-history and delete budget) and saves the plan with what it was computed from,
-mode 0600 and without a secret's value; ``proxyfleet apply FILE`` applies it, or
-refuses when the repo, the hosts or the plan changed since. Not with ``--inventory``.
+``-out FILE`` saves that plan with what it was computed from, mode 0600 and
+without a secret's value; ``proxyfleet apply FILE`` applies it, or refuses when
+the repo, the hosts or the plan changed since. Not with ``--inventory``.
 
 Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
 interrupted create), ``-/+`` replace, ``~`` start or
@@ -44,7 +45,6 @@ from reconciler.cli.common import (
     configured_identity,
     identity_error,
     load_repo_or_complain,
-    observe_live,
     secret_access,
 )
 from reconciler.core.load.inventory import load_inventory
@@ -125,15 +125,15 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.inventory is None:
+        return with_engine(args, args.repo, lambda started: _live(args, started), locked=False)
     if args.out is not None:
-        if args.inventory is not None:
-            print(
-                "proxyfleet plan: -out saves a plan of the live hosts; "
-                "a plan against --inventory cannot be applied",
-                file=sys.stderr,
-            )
-            return exitcodes.USAGE
-        return with_engine(args, args.repo, lambda started: _save(args, started), locked=False)
+        print(
+            "proxyfleet plan: -out saves a plan of the live hosts; "
+            "a plan against --inventory cannot be applied",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     try:
         # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
         identity = configured_identity(args)
@@ -146,20 +146,13 @@ def run(args: argparse.Namespace) -> int:
     repo = load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR
-    inventory: Inventory
-    if args.inventory is not None:
-        try:
-            inventory = load_inventory(args.inventory)
-        except InvalidInput as exc:
-            print(f"{args.inventory}: the inventory is invalid:", file=sys.stderr)
-            for problem in exc.problems:
-                print(f"  {problem}", file=sys.stderr)
-            return EXIT_ERROR
-    else:
-        try:
-            inventory = observe_live(repo, args).inventory
-        except ConfigError as exc:
-            return config_error(exc)
+    try:
+        inventory = load_inventory(args.inventory)
+    except InvalidInput as exc:
+        print(f"{args.inventory}: the inventory is invalid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
     result = plan(repo, inventory)
     if args.json:
         print(json.dumps(plan_json(result), indent=2))
@@ -168,23 +161,25 @@ def run(args: argparse.Namespace) -> int:
     return plan_exit_code(result, inventory)
 
 
-def _save(args: argparse.Namespace, started: Started) -> int:
-    """``plan -out``: prepare as ``apply`` does (no lock: nothing is changed), print, save."""
+def _live(args: argparse.Namespace, started: Started) -> int:
+    """A plan of the live hosts, made as ``apply`` makes it (its guards, the state dir's
+    history and delete window; no lock: nothing is changed); saved with ``-out``."""
     prepared = started.engine.prepare(args.repo, revision=started.revision(), loaded=started.loaded)
     if isinstance(prepared, RunReport):
-        print(f"{args.repo}: nothing was planned or saved:", file=sys.stderr)
+        print(f"{args.repo}: nothing was planned:", file=sys.stderr)
         for problem in prepared.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
     listing = plan_json(prepared.plan)
-    savedplan.write(
-        args.out, savedplan.saved(prepared, root=args.repo, listing=listing, path=args.out)
-    )
+    if args.out is not None:
+        saved = savedplan.saved(prepared, root=args.repo, listing=listing, path=args.out)
+        savedplan.write(args.out, saved)
     if args.json:
         print(json.dumps(listing, indent=2))
     else:
         print(render_plan(prepared.plan, color=_use_color()))
-        print(f"\nSaved the plan to {args.out}. To apply exactly it: proxyfleet apply {args.out}")
+        if args.out is not None:
+            print(f"\nSaved the plan to {args.out}. To apply it: proxyfleet apply {args.out}")
     return plan_exit_code(prepared.plan, prepared.observation.inventory)
 
 
