@@ -4,6 +4,7 @@ reviewed is the plan applied, or nothing is (reconciler.cli.savedplan)."""
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 
@@ -104,7 +105,26 @@ def test_a_saved_plan_is_refused_after_an_uncommitted_edit_of_the_repo(
 
     assert code == 1
     assert world.mutating_calls() == []
-    assert f"files under {world.root} changed" in capsys.readouterr().err
+    assert f"files under {world.root} changed since the plan" in capsys.readouterr().err
+
+
+def test_a_saved_plan_applied_to_a_copy_of_its_repo_with_an_edit_is_refused(
+    world: FleetRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "plan.json"
+    save(world, path)
+    other = tmp_path / "other"
+    shutil.copytree(world.root, other)
+    (other / "proxies.yaml").write_text((other / "proxies.yaml").read_text() + "\n# edited\n")
+    args = build_parser().parse_args(["apply", str(path), "--repo", str(other)])
+    capsys.readouterr()
+
+    code = apply.apply_with(args, world.engine, revision=lambda: "rev1", saved=savedplan.read(path))
+
+    assert code == 1
+    assert world.mutating_calls() == []
+    err = capsys.readouterr().err
+    assert f"files under {other} changed since the plan (made from {world.root})" in err
 
 
 def test_a_saved_plan_is_refused_when_a_host_runs_something_else_since(

@@ -133,7 +133,8 @@ def apply_with(
     if isinstance(prepared, RunReport):
         return _stalled(prepared, as_json=args.json)
     if saved is not None:
-        stale = savedplan.changes(saved, prepared, listing=plan_json(prepared.plan), path=args.plan)
+        listing = plan_json(prepared.plan)
+        stale = savedplan.changes(saved, prepared, listing=listing, path=args.plan, root=root)
         if stale:
             return _refuse_stale(args.plan, stale)
     changes = prepared.plan.has_changes

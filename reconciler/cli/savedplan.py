@@ -76,11 +76,16 @@ def saved(prepared: Prepared, *, root: Path, listing: Mapping[str, Any], path: P
 
 
 def changes(
-    saved: SavedPlan, prepared: Prepared, *, listing: Mapping[str, Any], path: Path
+    saved: SavedPlan,
+    prepared: Prepared,
+    *,
+    listing: Mapping[str, Any],
+    path: Path,
+    root: Path,
 ) -> list[str]:
     """What differs between the plan saved at ``path`` and the one ``apply`` just prepared
-    (its ``plan --json`` document ``listing``); empty when it is the same plan from the same
-    inputs."""
+    from the repo at ``root`` (its ``plan --json`` document ``listing``); empty when it is
+    the same plan from the same inputs."""
     found = []
     if prepared.repo.fleet.name != saved.fleet:
         found.append(f"the repo is now fleet {prepared.repo.fleet.name}, not {saved.fleet}")
@@ -91,8 +96,8 @@ def changes(
             f"the repo's revision is {prepared.revision or '(none)'}, "
             f"it was {saved.revision or '(none)'}"
         )
-    if files_digest(saved.repo, skip=path) != saved.files:
-        found.append(f"files under {saved.repo} changed")
+    if files_digest(root, skip=path) != saved.files:
+        found.append(f"files under {root} changed since the plan (made from {saved.repo})")
     hosts = host_digests(prepared.observation.inventory)
     for name in sorted(hosts.keys() | saved.hosts.keys()):
         if name not in saved.hosts:
