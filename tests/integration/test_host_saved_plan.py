@@ -3,6 +3,7 @@ real libvirtd through a real sshd): what was reviewed is applied, or nothing is.
 
 from __future__ import annotations
 
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,7 @@ def test_a_saved_plan_is_refused_while_the_host_differs_and_applied_once_it_is_b
     assert f"host {host.name} runs something else now" in refusal
     assert {leftover.domain, intruder.domain} <= still, "a refused plan deletes nothing"
     assert applied == 0, out
-    assert "Apply success: 2 succeeded" in out
+    # Other tests' unused bases in the shared pool are cleaned up too: count no actions.
+    assert re.search(r"Apply success: \d+ succeeded, 0 failed, 0 skipped", out), out
     assert leftover.domain not in {d.name for d in adapter.observe().domains}
     assert again == 1, "a plan applied once no longer holds"
