@@ -8,7 +8,7 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc pkg-config libvirt-dev \
 	openssh-server openssh-client git debootstrap mtools dosfstools systemd-boot-efi \
 	e2fsprogs fdisk dnsmasq-base iproute2 iptables curl prometheus syslinux syslinux-common \
 	libxml2-utils systemd etcd-server etcd-client age \
-	bind9 bind9-dnsutils
+	bind9 bind9-dnsutils zsh
 STAMP_APT := .make/apt.stamp
 STAMP_VENV := .make/venv.stamp
 

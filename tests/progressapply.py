@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from enginefakes import FleetRepo
 
 from reconciler.adapters.hypervisor.download import CachedImage, ImageCache
-from reconciler.cli import apply, build_parser
+from reconciler.cli import apply, applyengine, build_parser
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.progress import show_progress_lines
 from reconciler.model import Image
@@ -40,7 +40,7 @@ def main(work: Path) -> int:
         ImageCache(
             work / "cache",
             allowed_file_dirs=(source.parent,),
-            progress_interval=apply.BAR_INTERVAL,
+            progress_interval=applyengine.BAR_INTERVAL,
             chunk_size=1 << 20,
         ),
         source,

@@ -15,6 +15,7 @@ from typing import Any
 
 from reconciler.cli import (
     apply,
+    completion,
     configcheck,
     console,
     daemon,
@@ -29,7 +30,13 @@ from reconciler.cli import (
     validate,
 )
 from reconciler.cli.exitcodes import INTERRUPTED, Parser
-from reconciler.cli.globalflags import add_global_flags, add_to_subcommands, applied, subparsers
+from reconciler.cli.globalflags import (
+    add_global_flags,
+    add_to_subcommands,
+    applied,
+    resolve_output,
+    subparsers,
+)
 
 COMMANDS = (
     validate,
@@ -45,6 +52,7 @@ COMMANDS = (
     console,
     configcheck,
     deployfiles,
+    completion,
 )
 
 
@@ -98,6 +106,7 @@ def plain_help(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    resolve_output(parser, args)
     try:
         with applied(args):
             code: int = args.func(args)

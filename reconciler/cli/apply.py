@@ -1,4 +1,4 @@
-"""``proxyfleet apply``: one reconcile, now, from a checkout on this machine.
+"""``proxyfleet apply [FILE]``: one reconcile, now, from a checkout on this machine.
 
 Loads the repo, checks the checkout is not behind the revision the fleet last
 applied (the daemon's status branch says which: a checkout behind it would
@@ -10,66 +10,51 @@ result. The lock is the one a running daemon holds (docs/operations.md): next
 to a daemon that leads the fleet, apply refuses and names the holder; with
 ``--lock-timeout`` it waits that long for the lock to be free (the daemon stopped).
 
+With FILE (``proxyfleet plan -out FILE``), it applies that plan without asking:
+the repo (the plan's, unless --repo), the hosts and the plan computed now must
+be what they were, or it refuses, says what changed, and applies nothing
+(reconciler.cli.savedplan).
+
 Exit codes:
   0  every planned action succeeded and every proxy passed its health check
   1  nothing applied: invalid repo or config, a checkout behind the fleet's
-     revision, a refused or declined confirmation, or the run itself broke
+     revision, a refused or declined confirmation, a saved plan that no longer
+     holds, or the run itself broke
   3  applied, but an action failed or was skipped, or a proxy is not healthy
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import functools
 import json
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler.cli import exitcodes
-from reconciler.cli.applylock import ApplyLock, LockRefused, add_lock_timeout_argument
+from reconciler.cli import exitcodes, savedplan
+from reconciler.cli.applyengine import Started, bars_wanted, build_engine, with_engine
+from reconciler.cli.applylock import add_lock_timeout_argument
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
     add_repo_argument,
-    age_identity_file,
-    config_error,
-    daemon_settings,
-    fleet_settings,
-    guard_settings,
-    host_factory,
-    identity_error,
-    image_cache,
-    read_limits,
-    secret_access,
-    ssh_settings,
-    state_dir,
     table,
 )
 from reconciler.cli.fleetcheck import add_allow_older_argument, not_behind
 from reconciler.cli.gitrevision import start_revision
-from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
-from reconciler.cli.progress import progress_bars, show_progress_lines
-from reconciler.core.load.manifests import load_repo
-from reconciler.core.load.repofiles import ReadLimits
-from reconciler.core.load.secretrefs import SecretAccess
+from reconciler.cli.progress import progress_bars
 from reconciler.core.status import statusdoc
-from reconciler.engine.check import Prober
-from reconciler.engine.executor import ImageSource
-from reconciler.engine.fencing import fenced
 from reconciler.engine.reconcile import Engine, Prepared
-from reconciler.engine.runtime import Runtime
-from reconciler.errors import ConfigError, InvalidInput, MissingDependency
+from reconciler.errors import ConfigError
 from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport
-from reconciler.model.settings import ApplySettings, DaemonSettings
+
+__all__ = ["apply_with", "build_engine", "exit_code", "register", "run"]
 
 if TYPE_CHECKING:
     from reconciler.adapters.git.fleetrevision import Standing
@@ -77,10 +62,6 @@ if TYPE_CHECKING:
 EXIT_OK = exitcodes.OK
 EXIT_ERROR = exitcodes.ERROR
 EXIT_DEGRADED = exitcodes.DEGRADED
-BAR_INTERVAL = 0.5
-"""Seconds between a download's progress events when a bar shows them."""
-LINE_INTERVAL = 5.0
-"""Seconds between a download's progress lines otherwise."""
 
 
 def register(sub: Any) -> None:
@@ -90,15 +71,23 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "plan",
+        nargs="?",
+        type=Path,
+        metavar="FILE",
+        help="a plan saved by `proxyfleet plan -out FILE`: apply exactly it, without asking",
+    )
     add_repo_argument(parser)
+    parser.set_defaults(repo=None)  # with FILE, the saved plan names the repo
     add_host_access_arguments(parser, state_dir=True)
     add_age_identity_argument(parser)
     parser.add_argument("--yes", action="store_true", help="apply without asking")
     parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (needs --yes)"
     )
-    add_allow_older_argument(parser)
     add_lock_timeout_argument(parser)
+    add_allow_older_argument(parser)
     parser.add_argument(
         "--no-wait",
         action="store_true",
@@ -108,111 +97,37 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json and not args.yes:
+    if args.json and not args.yes and args.plan is None:
         print("proxyfleet apply: --json needs --yes (there is no one to ask)", file=sys.stderr)
         return EXIT_ERROR
-    try:
-        settings = daemon_settings(args)
-    except ConfigError as exc:
-        return config_error(exc)
-    # Warnings and errors only, unless -v: the plan and the table are the output.
-    setup_logging("warning", settings.log.format, verbose=getattr(args, "verbose", 0))
-    show_progress_lines()
-    try:
-        identity = age_identity_file(args, settings.secrets.age_identity_file)
-        secrets = secret_access(identity, need_values=True)
-    except ConfigError as exc:
-        return identity_error(exc)
-    from reconciler.adapters.git.fleetrevision import standing as fleet_standing
+    saved = None
+    if args.plan is not None:
+        try:
+            saved = savedplan.read(args.plan)
+        except ConfigError as exc:
+            print(f"proxyfleet apply: {exc}; nothing was applied.", file=sys.stderr)
+            return EXIT_ERROR
+    args.repo = args.repo or (saved.repo if saved is not None else Path("."))
 
-    stop = threading.Event()
-    revision = start_revision(args.repo)  # git answers while the repo loads
-    limits = read_limits(settings)
-    repo = _loaded(args.repo, limits, secrets)
-    fleet = repo.fleet.name if repo is not None else None
-    lock = ApplyLock(settings, state_dir(args, settings.state_dir), fleet)
-    try:
-        with _stop_on_signals(stop):
-            one = fleet_settings(settings, fleet)
-            if read_limits(one) != limits:  # that fleet's entry reads its repo otherwise
-                repo = None
-            try:
-                engine = build_engine(
-                    args,
-                    one,
-                    runtime=Runtime.interruptible(stop),
-                    held=lock.held,
-                    fleets=settings != one,
-                    secrets=secrets,
-                )
-            except MissingDependency as exc:
-                return config_error(exc)
-            try:
-                return apply_with(
-                    args,
-                    engine,
-                    gate=lambda: lock.take(timeout=args.lock_timeout, stop=stop),
-                    revision=revision,
-                    loaded=repo,
-                    standing=lambda: fleet_standing(
-                        args.repo, one.status, timeout=one.repo.fetch_timeout
-                    ),
-                )
-            except LockRefused:
-                return EXIT_ERROR
-            finally:
-                engine.close()
-    finally:
-        lock.close()
+    def body(started: Started) -> int:
+        from reconciler.adapters.git.fleetrevision import standing as fleet_standing
 
+        one = started.settings
+        standing = None
+        if one is not None:
+            status, timeout = one.status, one.repo.fetch_timeout
+            standing = functools.partial(fleet_standing, args.repo, status, timeout=timeout)
+        return apply_with(
+            args,
+            started.engine,
+            gate=started.gate,
+            revision=started.revision,
+            loaded=started.loaded,
+            saved=saved,
+            standing=standing,
+        )
 
-def build_engine(
-    args: argparse.Namespace,
-    settings: DaemonSettings,
-    *,
-    runtime: Runtime,
-    held: Callable[[], bool] | None = None,
-    fleets: bool = False,
-    secrets: SecretAccess | None = None,
-) -> Engine:
-    """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
-
-    With ``held`` (the fleet lock's), every mutating host call is fenced by it.
-    ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
-    (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
-    """
-    from reconciler.adapters.state.historystore import FileHistoryStore
-    from reconciler.adapters.surface.probe import HttpProber
-
-    if fleets:  # --state-dir and PROXYFLEET_STATE_DIR name the base, as stateDir does
-        state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
-    else:
-        state = state_dir(args, settings.state_dir)
-    images: ImageSource = image_cache(
-        settings,
-        state,
-        progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
-    )
-    prober: Prober = HttpProber()
-    apply = ApplySettings(
-        per_host_concurrency=settings.concurrency.per_host,
-        delete_concurrency=settings.concurrency.deletes_per_host,
-        replace_timeout=settings.replace_timeout,
-    )
-    if getattr(args, "no_wait", False):
-        apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
-    hosts = host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet)
-    return Engine(
-        fenced(hosts, held) if held is not None else hosts,
-        images=images,
-        prober=prober,
-        settings=apply,
-        runtime=runtime,
-        history=FileHistoryStore(state / "history.json"),
-        guards=guard_settings(settings, state),
-        read_limits=read_limits(settings),
-        secrets=secrets,
-    )
+    return with_engine(args, args.repo, body, locked=True)
 
 
 def apply_with(
@@ -222,12 +137,14 @@ def apply_with(
     gate: Callable[[], None] | None = None,
     revision: Callable[[], str] | None = None,
     loaded: Repo | None = None,
+    saved: savedplan.SavedPlan | None = None,
     standing: Callable[[], Standing] | None = None,
 ) -> int:
     """The command once its engine exists (tests pass one over fake hosts). ``gate``: the
     fleet lock (``ApplyLock.take``), taken before the hosts are observed. ``revision``:
     the answer of a ``start_revision`` started earlier; asked now when None. ``loaded``:
     the repo as ``run`` loaded it with the engine's limits and secrets (``Engine.prepare``).
+    ``saved``: the plan read from ``args.plan``, applied only if it still holds.
     ``standing``: where the checkout stands beside the fleet's revision; None: not asked."""
     root: Path = args.repo
     if standing is not None and not not_behind(standing(), allow_older=args.allow_older):
@@ -237,10 +154,16 @@ def apply_with(
     )
     if isinstance(prepared, RunReport):
         return _stalled(prepared, as_json=args.json)
+    if saved is not None:
+        listing = plan_json(prepared.plan)
+        stale = savedplan.changes(saved, prepared, listing=listing, path=args.plan, root=root)
+        if stale:
+            return _refuse_stale(args.plan, stale)
     changes = prepared.plan.has_changes
     if not args.json:
         print(render_plan(prepared.plan, color=_use_color()))
-    if changes and not args.yes and not _confirmed(prepared):
+    reviewed = saved is not None or args.yes
+    if changes and not reviewed and not _confirmed(prepared):
         return EXIT_ERROR
     with progress_bars(bars_wanted(args)):
         report = engine.finish(prepared)
@@ -252,13 +175,19 @@ def apply_with(
     return exit_code(report)
 
 
-def bars_wanted(args: argparse.Namespace) -> bool:
-    """Progress bars while applying: on a terminal, unless the output is JSON."""
-    return sys.stdout.isatty() and not args.json
-
-
 def _use_color() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _refuse_stale(path: Path, stale: list[str]) -> int:
+    print(
+        f"proxyfleet apply: the plan saved in {path} no longer holds; nothing was applied:",
+        file=sys.stderr,
+    )
+    for change in stale:
+        print(f"  - {change}", file=sys.stderr)
+    print(f"Plan again (proxyfleet plan -out {path}) and review it.", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def _confirmed(prepared: Prepared) -> bool:
@@ -364,37 +293,3 @@ def _stalled(report: RunReport, *, as_json: bool) -> int:
         for problem in report.problems:
             print(f"  {problem}", file=sys.stderr)
     return EXIT_ERROR
-
-
-def _loaded(root: Path, limits: ReadLimits, secrets: SecretAccess) -> Repo | None:
-    """The repo at ``root``, loaded once for the fleet's name (the lock's) and the run; None
-    when it does not load (``Engine.prepare`` loads it again and reports every problem, and
-    a repo that does not load is never acted on, so it needs no lock)."""
-    try:
-        return load_repo(root, limits=limits, secrets=secrets)
-    except InvalidInput:
-        return None
-
-
-@contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """First SIGINT/SIGTERM: finish what runs, start nothing new. A second SIGINT aborts."""
-
-    def first(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        print(
-            "\nStopping: actions in flight finish, nothing new starts (again to abort).",
-            file=sys.stderr,
-        )
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, first) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)

@@ -1,4 +1,5 @@
-"""The flags every command takes, before or after its name: ``-v``, ``-q``, ``--no-color``.
+"""The flags every command takes, before or after its name: ``-v``, ``-q``, ``--no-color``,
+``-o``.
 
 ``proxyfleet -v inventory`` and ``proxyfleet inventory -v`` mean the same, as
 kubectl's global flags do. The top-level parser sets their defaults; each
@@ -8,6 +9,8 @@ after the subcommand overrides one given before and an absent one leaves it.
 ``--quiet`` keeps only results and errors: log lines under ERROR and the
 progress lines commands print while they wait (``say``) are dropped.
 ``--no-color`` is ``NO_COLOR=1`` (no-color.org) for this command.
+``-o json`` (``--output json``) is the command's own ``--json``, as kubectl's ``-o``
+reads; a command without JSON output refuses it as a usage error.
 """
 
 from __future__ import annotations
@@ -49,6 +52,26 @@ def add_global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None
         default=default(False),
         help="no colors in the output (as NO_COLOR=1 does)",
     )
+    group.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=default("text"),
+        help="json: the command's --json output (commands that print results)",
+    )
+
+
+OUTPUTS = ("text", "json")
+
+
+def resolve_output(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``-o json`` into the command's ``--json``; a usage error (``parser.error``) for a
+    command that has none."""
+    if getattr(args, "output", "text") != "json":
+        return
+    if not hasattr(args, "json"):
+        parser.error(f"-o json: proxyfleet {args.command} has no JSON output")
+    args.json = True
 
 
 def add_to_subcommands(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,13 @@
 
 With ``--inventory FILE`` it plans offline against an inventory in the
 ``proxyfleet inventory --json`` format; without it, it reads the live hosts
-(host access as for ``apply``). ``--json`` prints the plan as JSON.
+(host access as for ``apply``) and plans exactly as ``apply`` would: its guards,
+and the state dir's history (halts, back-offs) and delete window. ``--json``
+prints the plan as JSON.
+
+``-out FILE`` saves that plan with what it was computed from, mode 0600 and
+without a secret's value; ``proxyfleet apply FILE`` applies it, or refuses when
+the repo, the hosts or the plan changed since. Not with ``--inventory``.
 
 Listing symbols: ``+`` create, ``-`` delete or cleanup (unused volumes of an
 interrupted create), ``-/+`` replace, ``~`` start or
@@ -29,7 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli import exitcodes
+from reconciler.cli import exitcodes, savedplan
+from reconciler.cli.applyengine import Started, with_engine
 from reconciler.cli.common import (
     add_age_identity_argument,
     add_host_access_arguments,
@@ -38,7 +45,6 @@ from reconciler.cli.common import (
     configured_identity,
     identity_error,
     load_repo_or_complain,
-    observe_live,
     secret_access,
 )
 from reconciler.core.load.inventory import load_inventory
@@ -47,6 +53,7 @@ from reconciler.core.plan.planner import plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
 from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
+from reconciler.model.report import RunReport
 from reconciler.model.secrets import SENSITIVE
 
 EXIT_NO_CHANGES = exitcodes.OK
@@ -105,12 +112,28 @@ def register(sub: Any) -> None:
         help="plan against this inventory (`proxyfleet inventory --json`) instead of live hosts",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "-out",
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="save the plan (mode 0600, no secret values) for `proxyfleet apply FILE`",
+    )
     add_host_access_arguments(parser, state_dir=True)
     add_age_identity_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.inventory is None:
+        return with_engine(args, args.repo, lambda started: _live(args, started), locked=False)
+    if args.out is not None:
+        print(
+            "proxyfleet plan: -out saves a plan of the live hosts; "
+            "a plan against --inventory cannot be applied",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     try:
         # Digests cover each secret's fingerprint: a plan needs the values, never shows them.
         identity = configured_identity(args)
@@ -123,26 +146,41 @@ def run(args: argparse.Namespace) -> int:
     repo = load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR
-    inventory: Inventory
-    if args.inventory is not None:
-        try:
-            inventory = load_inventory(args.inventory)
-        except InvalidInput as exc:
-            print(f"{args.inventory}: the inventory is invalid:", file=sys.stderr)
-            for problem in exc.problems:
-                print(f"  {problem}", file=sys.stderr)
-            return EXIT_ERROR
-    else:
-        try:
-            inventory = observe_live(repo, args).inventory
-        except ConfigError as exc:
-            return config_error(exc)
+    try:
+        inventory = load_inventory(args.inventory)
+    except InvalidInput as exc:
+        print(f"{args.inventory}: the inventory is invalid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
     result = plan(repo, inventory)
     if args.json:
         print(json.dumps(plan_json(result), indent=2))
     else:
         print(render_plan(result, color=_use_color()))
     return plan_exit_code(result, inventory)
+
+
+def _live(args: argparse.Namespace, started: Started) -> int:
+    """A plan of the live hosts, made as ``apply`` makes it (its guards, the state dir's
+    history and delete window; no lock: nothing is changed); saved with ``-out``."""
+    prepared = started.engine.prepare(args.repo, revision=started.revision(), loaded=started.loaded)
+    if isinstance(prepared, RunReport):
+        print(f"{args.repo}: nothing was planned:", file=sys.stderr)
+        for problem in prepared.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
+    listing = plan_json(prepared.plan)
+    if args.out is not None:
+        saved = savedplan.saved(prepared, root=args.repo, listing=listing, path=args.out)
+        savedplan.write(args.out, saved)
+    if args.json:
+        print(json.dumps(listing, indent=2))
+    else:
+        print(render_plan(prepared.plan, color=_use_color()))
+        if args.out is not None:
+            print(f"\nSaved the plan to {args.out}. To apply it: proxyfleet apply {args.out}")
+    return plan_exit_code(prepared.plan, prepared.observation.inventory)
 
 
 def plan_exit_code(result: Plan, inventory: Inventory) -> int:
