@@ -5,7 +5,10 @@ applied (the daemon's status branch says which: a checkout behind it would
 plan the deletes of everything added since; ``--allow-older`` goes on anyway),
 takes the fleet's lock (once the hosts are dialling; before
 anything is observed: ``ApplyLock``), observes the live hosts, shows the
-plan, asks (unless ``--yes``), applies it, checks every proxy and prints the
+plan, asks (unless ``--yes``), applies it, checks every proxy, and, as a run
+never waits for a boot, runs again on the same revision while the fleet is
+still moving (a replace's second step, a rollout's next batch:
+``reconciler.cli.followups``; not with ``--no-wait``), then prints the
 result. The lock is the one a running daemon holds (docs/operations.md): next
 to a daemon that leads the fleet, apply refuses and names the holder; with
 ``--lock-timeout`` it waits that long for the lock to be free (the daemon stopped).
@@ -44,6 +47,7 @@ from reconciler.cli.common import (
     table,
 )
 from reconciler.cli.fleetcheck import add_allow_older_argument, not_behind
+from reconciler.cli.followups import follow_up
 from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.plan import plan_json, render_plan
 from reconciler.cli.progress import progress_bars
@@ -91,7 +95,10 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--no-wait",
         action="store_true",
-        help="do not wait for new VMs to get an IP: check every proxy once and return",
+        help=(
+            "one run only: do not wait for new VMs to get an IP, check every proxy once and "
+            "return (a replace's old VM is deleted by a later run or the daemon)"
+        ),
     )
     parser.set_defaults(func=run)
 
@@ -167,6 +174,9 @@ def apply_with(
         return EXIT_ERROR
     with progress_bars(bars_wanted(args)):
         report = engine.finish(prepared)
+        if not getattr(args, "no_wait", False):  # a replace's second step is a later run
+            limit = 3 * engine.settings.replace_timeout
+            report = follow_up(engine, root, report, revision=prepared.revision, limit=limit)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
