@@ -55,14 +55,14 @@ def test_network_config_is_v2_for_the_mac_with_address_route_and_nameservers() -
                 "dhcp4": False,
                 "dhcp6": False,
                 "addresses": ["192.0.2.10/24"],
-                "routes": [{"to": "0.0.0.0/0", "via": "192.0.2.1"}],
+                "gateway4": "192.0.2.1",
                 "nameservers": {"addresses": ["192.0.2.53"]},
             }
         },
     }
 
 
-def test_network_config_without_gateway_has_no_route_and_ipv6_routes_by_v6() -> None:
+def test_network_config_without_gateway_has_none_and_an_ipv6_one_is_gateway6() -> None:
     bare = _yaml(network_config(FixedAddress(address="192.0.2.10/24"), mac="06:00:00:00:00:01"))
     six = _yaml(
         network_config(
@@ -70,9 +70,9 @@ def test_network_config_without_gateway_has_no_route_and_ipv6_routes_by_v6() -> 
         )
     )
 
-    assert "routes" not in bare["ethernets"]["eth0"]
+    assert "gateway4" not in bare["ethernets"]["eth0"]
     assert "nameservers" not in bare["ethernets"]["eth0"]
-    assert six["ethernets"]["eth0"]["routes"] == [{"to": "::/0", "via": "2001:db8::1"}]
+    assert six["ethernets"]["eth0"]["gateway6"] == "2001:db8::1"
 
 
 def test_the_seed_of_a_fixed_address_proxy_carries_its_network_config_for_its_mac() -> None:

@@ -28,6 +28,7 @@ from labutil import (
     Applied,
     Sampler,
     apply,
+    clear_domains,
     domains,
     git,
     layout,
@@ -127,6 +128,7 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Rig:
     assert len(lab["hosts"]) == LAB_HOSTS
+    clear_domains(lab["hosts"][0]["name"])  # what earlier modules (or runs) left there
     repo = tmp_path_factory.mktemp("fixed") / "fleet"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
