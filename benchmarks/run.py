@@ -63,6 +63,7 @@ ROWS = (
     Row("upload3", ["-m", "benchmarks.bench_upload", "--hosts", "3"]),
     Row("trigger", ["-m", "benchmarks.bench_trigger"]),
     Row("plan", [str(ROOT / "benchmarks" / "plan_scale.py")], lab=False),
+    Row("dns", ["-m", "benchmarks.bench_dns"], lab=False),
     # One rollout of 20 booting guests takes 10-20 minutes under TCG: one measured run.
     Row("rollout", ["-m", "benchmarks.bench_rollout"], max_runs=1),
     # Last: it brings up 10 light hosts, which the rows above (one host each) would remove.
@@ -308,6 +309,23 @@ def fleet_line(r: Result) -> Line:
     )
 
 
+def dns_line(r: Result) -> Line:
+    n = int(r.metrics["proxies"].median)
+    first, rollout, idle = (r.metrics[f"{phase} run"] for phase in ("first", "rollout", "idle"))
+    most = int(max(r.metrics["updates"].samples))
+    size = r.metrics["rollout UPDATE"]
+    return (
+        f"8. one run's DNS update of a {n}-proxy fleet (RFC 2136 to BIND 9, TSIG): "
+        "every address moved",
+        f"{in_ms(rollout)}, 1 UPDATE of {size.median / 1024:.0f} KiB "
+        f"(first publish {in_ms(first)}, nothing to change {in_ms(idle)})",
+        "-",
+        "-",
+        "one UPDATE message per run",
+        _met(most <= 1),
+    )
+
+
 LINES: dict[str, Callable[[Result], list[Line]]] = {
     "idle": lambda r: [idle_line(r)],
     "create": create_floor_lines,
@@ -316,6 +334,7 @@ LINES: dict[str, Callable[[Result], list[Line]]] = {
     "upload3": upload_lines,
     "trigger": trigger_lines,
     "plan": lambda r: [plan_line(r)],
+    "dns": lambda r: [dns_line(r)],
     "rollout": lambda r: [rollout_line(r)],
     "fleet": lambda r: [fleet_line(r)],
 }

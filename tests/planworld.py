@@ -45,7 +45,8 @@ their input through here, so a case reads like the situation it describes
 A domain may carry ``reason`` (libvirt's state reason: crashed, failed,
 panicked), ``vcpus`` and ``memory`` (MiB, as the running domain has them now),
 and ``createdAgo`` (seconds before ``NOW`` its metadata says it was created).
-A proxy may carry ``restartedAt`` (the proxyfleet.io/restartedAt annotation).
+A proxy may carry ``restartedAt`` (the proxyfleet.io/restartedAt annotation) and
+``address`` (``spec.network.address``: a fixed address, replaced by recreate).
 The fleet's policy may carry ``rollout: {maxSurge: 1, maxUnavailable: "25%"}``.
 History times count back from a fixed ``NOW``; ``restarts`` were all 60 s ago.
 
@@ -99,7 +100,14 @@ from reconciler.model import (
     Proxy,
     Repo,
 )
-from reconciler.model.fleet import RESTARTED_AT, Amount, DomainType, Overcommit, Rollout
+from reconciler.model.fleet import (
+    RESTARTED_AT,
+    Amount,
+    DomainType,
+    FixedAddress,
+    Overcommit,
+    Rollout,
+)
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.inventory import BaseSize, Capacity
 from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, Replace
@@ -233,6 +241,7 @@ def _proxy(raw: Mapping[str, Any]) -> Proxy:
         install_guest_agent=raw.get("installGuestAgent", True),
         lifecycle=Lifecycle(protect=raw.get("protect", False)),
         annotations=((RESTARTED_AT, raw["restartedAt"]),) if "restartedAt" in raw else (),
+        network=FixedAddress(address=raw["address"]) if "address" in raw else None,
     )
 
 

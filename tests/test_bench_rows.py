@@ -147,3 +147,20 @@ def test_a_rollout_with_failed_replaces_says_no_and_gives_no_ratio() -> None:
 
 def test_a_rollout_result_that_did_not_count_its_replaces_is_not_taken_as_met() -> None:
     assert rollout_line(rollout(None))[5] == "**no**"
+
+
+def test_the_dns_row_prints_the_moved_fleets_update_and_says_no_past_one_update_a_run() -> None:
+    r = result("dns", **{"first run": [1.5], "rollout run": [3.0, 3.2], "idle run": [0.9]})
+    r.add("rollout UPDATE", "bytes", [54318])
+    r.add("proxies", "proxies", [200])
+    r.add("updates", "messages", [1, 1, 0])
+    two = result("dns", **{"first run": [1.5], "rollout run": [3.0], "idle run": [0.9]})
+    two.add("rollout UPDATE", "bytes", [54318])
+    two.add("proxies", "proxies", [200])
+    two.add("updates", "messages", [2])
+
+    line = LINES["dns"](r)[0]
+
+    assert line[0].startswith("8. one run's DNS update of a 200-proxy fleet")
+    assert line[1].startswith("3100 (3000-3200) ms, 1 UPDATE of 53 KiB") and line[5] == "yes"
+    assert LINES["dns"](two)[0][5] == "**no**"

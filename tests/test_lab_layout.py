@@ -20,7 +20,7 @@ def test_every_instance_has_ten_hosts_whose_names_and_networks_no_other_instance
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: dict[str, int] = {}
-    for instance in range(10):
+    for instance in range(config.MAX_INSTANCE + 1):
         for layout in layouts_of(instance, monkeypatch):
             for value in (
                 layout.name,
@@ -30,7 +30,7 @@ def test_every_instance_has_ten_hosts_whose_names_and_networks_no_other_instance
             ):
                 assert seen.setdefault(value, instance) == instance, value
     assert config.MAX_HOSTS == 10
-    assert len(seen) == 10 * 10 * 4
+    assert len(seen) == (config.MAX_INSTANCE + 1) * 10 * 4
 
 
 def test_an_instance_claims_its_tenth_host_and_not_the_next_instances_first(

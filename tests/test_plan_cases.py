@@ -3,8 +3,9 @@
 A case lists the whole expected plan, in order. Each expected action compares
 ``action``, ``proxy``, ``host``, ``blocks`` and ``replaces`` always (left out
 means "none"), ``domain`` when given, ``reason`` as a substring when given,
-``protect`` (the flag a relabel writes) when given, and ``volumes`` (those a
-cleanup removes, in order) when given.
+``protect`` (the flag a relabel writes) when given, ``volumes`` (those a
+cleanup removes, in order) when given, and ``recreate`` (a delete that starts a
+fixed-address proxy's recreate) when given.
 On top of its own expectations every case must hold the invariants below. A
 case with ``xfail: <why>`` documents a known gap and must fail (strict).
 
@@ -150,6 +151,7 @@ def _matches(action: Action, want: dict[str, Any]) -> bool:
         "protect" not in want or (owner is not None and owner.protect == want["protect"]),
         "batch" not in want or (isinstance(action, Replace) and action.batch == want["batch"]),
         "volumes" not in want or list(getattr(action, "volumes", ())) == want["volumes"],
+        "recreate" not in want or getattr(action, "recreate", False) == want["recreate"],
     ]
     replaces = want.get("replaces")
     if replaces is None:
@@ -212,6 +214,7 @@ def _assert_invariants(
     for a in result.actions:
         if isinstance(a, Blocked) and a.blocks is not ActionKind.CLEANUP:
             assert not a.volumes, f"{a} carries volumes"
+        _assert_one_address(repo, inventory, a)
     # Deterministic, whatever order the inventory lists hosts and domains in.
     assert plan(repo, inventory, history, limits) == result
     shuffle = random.Random(7)
@@ -221,6 +224,21 @@ def _assert_invariants(
     ]
     reordered = Inventory(hosts=tuple(shuffled), base_sizes=inventory.base_sizes[::-1])
     assert plan(repo, reordered, history, limits) == result
+
+
+def _assert_one_address(repo: Repo, inventory: Inventory, a: Action) -> None:
+    """A fixed-address proxy gets a new VM only by a create, when it has no VM left."""
+    proxy = repo.proxy(a.proxy or "")
+    if proxy is None or proxy.network is None or not isinstance(a, Create | Replace):
+        return
+    assert isinstance(a, Create), f"{a}: a fixed-address proxy is recreated, never replaced"
+    held = [
+        d.name
+        for h in inventory.hosts
+        for d in h.domains
+        if d.owner is not None and d.owner.fleet == repo.fleet.name and d.owner.proxy == a.proxy
+    ]
+    assert held == [], f"{a}: its address would exist twice (beside {held})"
 
 
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:

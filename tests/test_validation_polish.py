@@ -34,7 +34,7 @@ def test_a_proxysets_unknown_field_lists_replicas_among_the_allowed_ones(tmp_pat
     assert problems(repo) == [
         "set.yaml:4:1: spec.replicas: required field is missing",
         "set.yaml:5:3: spec.size: unknown field; allowed here: cloudInit, health, "
-        "installGuestAgent, lifecycle, placement, replicas",
+        "installGuestAgent, lifecycle, network, placement, replicas",
     ]
 
 

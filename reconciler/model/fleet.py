@@ -6,6 +6,7 @@ operators get when a field is left out; docs/configuration.md lists them.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -247,6 +248,34 @@ class HealthCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class FixedAddress:
+    """``spec.network``: the one address a proxy holds, whichever VM serves it.
+
+    ``address`` is an interface in CIDR form (``192.0.2.10/24``), checked at load
+    (reconciler.core.load.fixedaddress) to be a host address of its network with
+    ``gateway`` inside it. An address cannot exist twice, so such a proxy is replaced
+    destroy-then-create (reconciler.core.plan.recreate).
+    """
+
+    address: str
+    gateway: str | None = None
+    nameservers: tuple[str, ...] = ()
+
+
+MAC_PREFIX_BITS = 0x02
+"""The first octet's locally administered bit (set) and multicast bit (clear)."""
+
+
+def guest_mac(fleet: str, proxy: str) -> str:
+    """The MAC of ``proxy``'s NIC: derived from the fleet's and proxy's names, so every VM
+    that ever serves the proxy has it (its network-config matches on it). A locally
+    administered unicast address: no vendor's, never a group's."""
+    raw = bytearray(hashlib.sha256(f"{fleet}/{proxy}".encode()).digest()[:6])
+    raw[0] = (raw[0] & 0xFC) | MAC_PREFIX_BITS
+    return ":".join(f"{octet:02x}" for octet in raw)
+
+
+@dataclass(frozen=True, slots=True)
 class Lifecycle:
     protect: bool = False
 
@@ -265,6 +294,8 @@ class Proxy:
     proxy_set: str = field(default="", compare=False)
     """The ProxySet this proxy is a member of ("" for a Proxy document): the shared DNS name
     it joins. Not compared: proxies rewritten as a set are the same proxies."""
+    network: FixedAddress | None = None
+    """``spec.network``: a fixed address (None: the host network's DHCP gives one)."""
 
     @property
     def restarted_at(self) -> str:

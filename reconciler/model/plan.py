@@ -19,7 +19,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from reconciler.model.fleet import CloudInit, HealthCheck, Host, Image, MachineType, Proxy
+from reconciler.model.fleet import (
+    CloudInit,
+    FixedAddress,
+    HealthCheck,
+    Host,
+    Image,
+    MachineType,
+    Proxy,
+)
 from reconciler.model.inventory import Owner
 from reconciler.model.vm import VmSpec, base_volume_name
 
@@ -73,6 +81,7 @@ class NewVm:
     install_guest_agent: bool
     protect: bool
     health: HealthCheck
+    network: FixedAddress | None = None
 
     @classmethod
     def of(
@@ -89,6 +98,7 @@ class NewVm:
             install_guest_agent=proxy.install_guest_agent,
             protect=proxy.lifecycle.protect,
             health=proxy.health,
+            network=proxy.network,
         )
 
     def spec(
@@ -104,6 +114,7 @@ class NewVm:
             machine_type=self.machine_type,
             cloud_init=self.cloud_init,
             install_guest_agent=self.install_guest_agent,
+            network=self.network,
             owner=Owner(
                 fleet=self.fleet,
                 proxy=self.proxy,
@@ -193,6 +204,9 @@ class Delete(Action):
 
     kind: ClassVar[ActionKind] = ActionKind.DELETE
     keeper: Keeper | None = None
+    recreate: bool = False
+    """The first half of a recreate (a fixed-address proxy's replace, destroy-then-create):
+    a later plan creates the proxy's new VM once this one is gone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.model.fleet import CloudInit, Host, Image, MachineType
+from reconciler.model.fleet import CloudInit, FixedAddress, Host, Image, MachineType, guest_mac
 from reconciler.model.inventory import Owner
 
 
@@ -23,6 +23,13 @@ class VmSpec:
     cloud_init: CloudInit
     install_guest_agent: bool
     owner: Owner
+    network: FixedAddress | None = None
+    """A fixed address: the NIC gets ``mac`` and the seed a network-config for it."""
+
+    @property
+    def mac(self) -> str | None:
+        """The NIC's MAC for a fixed-address proxy (stable across replaces); None: libvirt's."""
+        return guest_mac(self.owner.fleet, self.proxy) if self.network is not None else None
 
     @property
     def overlay_name(self) -> str:

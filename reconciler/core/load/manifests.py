@@ -39,6 +39,7 @@ from reconciler.core.load import (
     cloudconfig,
     crossref,
     expansion,
+    fixedaddress,
     proxydefaults,
     proxyset,
     repofiles,
@@ -151,6 +152,7 @@ def load_repo(
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
+    semantic.extend(fixedaddress.check(proxies))
     if fleet is not None:
         semantic.extend(crossref.check_fleet(fleet))
     # A field the schema already rejected needs no second, derived complaint.

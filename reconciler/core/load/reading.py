@@ -1,18 +1,17 @@
 """One reading of each manifest document: what it names, and its model once valid.
 
-After the schema check (the one walk that looks at every value), each Fleet or
-Proxy document is read once more, here, and only here. The reading serves
-every later step:
+After the schema check (the one walk that looks at every value), each Fleet or Proxy
+document is read once more, here, and only here. The reading serves every later step:
 
 - the cross-references (``crossref``) get what the document *names*: the fleet's
   name, image keys, machine types, hosts; a proxy's name and placement. These
   are read leniently, from documents that failed their schema too (so one run
   reports a typo in fleet.yaml *and* the proxy pointing at a zone nobody
   defined): a value of the wrong type is None, the schema check said why;
-- the userData checks (``cloudconfig``, ``secretrefs``) get the cloud-init texts;
-- when the schema check passed, the same pass builds the model (``Fleet``,
-  ``Proxy``) from the values it has just read, so no step digs into the
-  document's dictionaries again.
+- the userData checks (``cloudconfig``, ``secretrefs``) get the cloud-init texts, and
+  ``fixedaddress`` the fixed address;
+- when the schema check passed, the same pass builds the model (``Fleet``, ``Proxy``)
+  from the values it has just read, so no step digs into the document's dicts again.
 
 A Proxy is read with fleet.yaml's defaults already merged in; each member of a
 ProxySet is read as the Proxy document it stands for (``proxyset``).
@@ -23,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from reconciler.core.load import durations
+from reconciler.core.load import durations, fixedaddress
 from reconciler.core.load.yamlload import Document, FieldPath
 from reconciler.model.fleet import (
     Amount,
@@ -31,6 +30,7 @@ from reconciler.model.fleet import (
     DomainType,
     DriftMode,
     Firmware,
+    FixedAddress,
     Fleet,
     HealthCheck,
     Host,
@@ -142,6 +142,7 @@ class ProxyReading:
     """A ``replicas: 0`` set's template, read to be checked: no proxy, no name taken."""
     source: UserDataSource | None = None
     """Where ``user_data`` was written (set once it is read: ``userdatafile.resolve``)."""
+    network: FixedAddress | None = None  # spec.network, read leniently (fixedaddress)
 
     def with_user_data(self, text: str | None, source: UserDataSource) -> ProxyReading:
         """This reading with its userData read (from a file, variables substituted)."""
@@ -228,6 +229,7 @@ def read_proxy(
     zone, image = _str(placement.get("zone")), _str(placement.get("image"))
     machine_type, host = _str(placement.get("machineType")), _str(placement.get("host"))
     vendor_data, network_config = _str(cloud.get("vendorData")), _str(cloud.get("networkConfig"))
+    network = fixedaddress.read(spec.get("network"))  # the model's too, once valid
     proxy = None
     if valid:
         assert name is not None and zone is not None
@@ -245,6 +247,7 @@ def read_proxy(
             annotations=tuple(sorted(metadata.get("annotations", {}).items())),
             location=_location(document),
             proxy_set=set_name or "",
+            network=network,
         )
     return ProxyReading(
         document=document,
@@ -264,6 +267,7 @@ def read_proxy(
         inherited=inherited,
         set_name=set_name,
         template_only=template_only,
+        network=network,
     )
 
 

@@ -19,7 +19,10 @@ covers (docs/planning.md keeps the operator's copy of this list):
 - ``installGuestAgent``;
 - the network of the host the VM runs on (``bridge``/``network`` and its name);
 - the ``proxyfleet.io/restartedAt`` annotation, only when it is set (so that the
-  digests of proxies without it never changed): changing it rolls the proxy.
+  digests of proxies without it never changed): changing it rolls the proxy;
+- ``spec.network`` (address, gateway, nameservers), only when it is set (the same
+  reason): the network-config and the pinned MAC it renders are derived from it and
+  from names that never change for a proxy.
 
 The network is a property of the *host*, so the digest is computed per
 (proxy, host): for an existing VM against the host it runs on, for a new VM
@@ -44,6 +47,7 @@ import json
 from typing import Final
 
 from reconciler.model import CloudInit, Host, HostNetwork, Image, MachineType, Proxy
+from reconciler.model.fleet import FixedAddress
 
 VERSION: Final = 1
 """Bumped only when the canonical encoding changes; bumping it replaces every VM."""
@@ -57,9 +61,10 @@ def spec_digest(
     install_guest_agent: bool,
     network: HostNetwork,
     restarted_at: str = "",
+    fixed: FixedAddress | None = None,
 ) -> str:
     """The sha256 hex digest of the fields listed in the module docstring."""
-    return _spec(image, machine_type, cloud_init, install_guest_agent, network, restarted_at)
+    return _spec(image, machine_type, cloud_init, install_guest_agent, network, restarted_at, fixed)
 
 
 def _spec(
@@ -69,6 +74,7 @@ def _spec(
     install_guest_agent: bool,
     network: HostNetwork,
     restarted_at: str,
+    fixed: FixedAddress | None,
 ) -> str:
     """``spec_digest`` by position: the planner asks once per proxy per plan, and a keyword
     call costs it a third more."""
@@ -83,6 +89,7 @@ def _spec(
         install_guest_agent,
         network,
         restarted_at,
+        fixed,
     )
 
 
@@ -104,6 +111,7 @@ def _digest(
     install_guest_agent: bool,
     network: HostNetwork,
     restarted_at: str,
+    fixed: FixedAddress | None,
 ) -> str:
     document: dict[str, object] = {
         "v": VERSION,
@@ -128,6 +136,12 @@ def _digest(
     }
     if restarted_at:
         document["restartedAt"] = restarted_at
+    if fixed is not None:
+        document["fixedAddress"] = {
+            "address": fixed.address,
+            "gateway": fixed.gateway,
+            "nameservers": list(fixed.nameservers),
+        }
     if fingerprints:
         document["secrets"] = dict(fingerprints)
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -154,4 +168,5 @@ def proxy_digest(
         proxy.install_guest_agent,
         host.network,
         proxy.restarted_at,
+        proxy.network,
     )

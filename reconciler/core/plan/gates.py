@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconciler.core.plan.vms import OwnedVm, block
+from reconciler.core.plan.vms import PROTECTED, OwnedVm, block
 from reconciler.model.fleet import Policy
 from reconciler.model.limits import Limits
 from reconciler.model.plan import Action, Delete
 
-PROTECTED = "protected (lifecycle.protect)"
+__all__ = ["PROTECTED", "gate_deletes", "orphan"]
 PRUNE_OFF = "its manifest is gone but prune is off"
 EMPTY = "the desired set is empty and allowEmpty is false"
 

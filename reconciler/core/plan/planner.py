@@ -11,6 +11,7 @@ this package:
 - ``keep`` (with ``healing``): the kept VM kept, started, resumed or healed;
 - ``placement`` (with ``capacity``) and ``names``: where a new VM goes, its name;
 - ``rollout``: every replace paced into batches per zone, or held while halted;
+  ``recreate``: a fixed-address proxy's replace, destroy-then-create, paced likewise;
 - ``gates``: VMs without a manifest, an empty desired set, maxDeletesPerRun;
 - ``relabel``: a VM that stays and whose recorded protect flag differs from its
   manifest's gets a relabel right after its own action;
@@ -39,16 +40,17 @@ from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
-from reconciler.core.plan.handover import handover, preference
+from reconciler.core.plan.handover import Handover, handover, preference
 from reconciler.core.plan.healing import Cure, judge, suspect_zones
 from reconciler.core.plan.keep import kept_vm_action
 from reconciler.core.plan.leftovers import leftover_cleanups
 from reconciler.core.plan.names import new_name
 from reconciler.core.plan.observed import observe
 from reconciler.core.plan.placement import Placement
+from reconciler.core.plan.recreate import first_half, is_down
 from reconciler.core.plan.relabel import record_protect
 from reconciler.core.plan.rollout import pace
-from reconciler.core.plan.vms import Made, OwnedVm, block
+from reconciler.core.plan.vms import Made, OwnedVm, block, delete
 from reconciler.model import ActionKind, DomainState, Host, Inventory, Plan, Proxy, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
@@ -102,6 +104,7 @@ class _Planner:
         )
         self.manifests: dict[str, Proxy] = {p.name: p for p in repo.proxies}
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
+        self.down: dict[str, set[str]] = defaultdict(set)  # zone -> fixed proxies not serving
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
         self.made: dict[tuple[str, str], Made | None] = {}  # (image, machine type) -> Made
         self.split: dict[str, tuple[list[OwnedVm], list[OwnedVm]]] = {}  # see _split
@@ -143,6 +146,7 @@ class _Planner:
             zone_of={p.name: p.placement.zone for p in self.repo.proxies},
             zone_sizes=Counter(p.placement.zone for p in self.repo.proxies),
             in_flight=self.in_flight,
+            down=self.down,
             halted=tuple(sorted(self.halts)),
         )
         gated = gate_deletes(
@@ -182,6 +186,11 @@ class _Planner:
             keeps: list[Action] = [vm.action(Keep, f"{UNRESOLVED}; left as it is") for vm in vms]
             return keeps or [Blocked(reason=UNRESOLVED, proxy=proxy.name, blocks=CREATE)]
         current, stale = self._split(proxy, made)
+        if proxy.network is not None:
+            if is_down(proxy, current, stale, history=self.history, limits=self.limits):
+                self.down[proxy.placement.zone].add(proxy.name)
+            if stale and not current:
+                return first_half(proxy, stale, why="spec changed")
         if current:
             return self._settle(proxy, made, current, stale)
         if stale:
@@ -232,6 +241,8 @@ class _Planner:
             return actions
         kept = Keeper(host=keeper.host, domain=keeper.name, health=proxy.health)
         judged = handover(keeper, proxy=proxy.name, history=self.history, limits=self.limits)
+        if proxy.network is not None:  # one address: the others go now, whatever it is
+            judged = Handover(True, "which holds the same fixed address")
         if judged.halt is not None:
             self.halts[proxy.name] = judged.halt
         if stale:
@@ -246,7 +257,8 @@ class _Planner:
         ]
         for vm, why in others:
             if judged.ready or proxy.lifecycle.protect:
-                actions.append(self._delete(proxy, vm, f"{why}, {judged.why}", keeper=kept))
+                protect = proxy.lifecycle.protect
+                actions.append(delete(vm, f"{why}, {judged.why}", protect=protect, keeper=kept))
             else:
                 actions.append(block(vm.action(Delete, ""), f"{why}; {judged.why}"))
         return actions
@@ -261,6 +273,8 @@ class _Planner:
             history=self.history,
             suspect=self.suspect.get(proxy.placement.zone, ""),
         )
+        if verdict is not None and verdict.cure is Cure.REPLACE and proxy.network is not None:
+            return first_half(proxy, [vm], why=verdict.reason)[0]
         if verdict is not None and verdict.cure is Cure.REPLACE:
             return self._new_vm(proxy, made, prefer=vm.host, replaces=vm, heal=verdict.reason)
         return kept_vm_action(
@@ -271,19 +285,6 @@ class _Planner:
             pool=self.hosts[vm.host].pool,
             free=self.room.pool_free(vm.host),
         )
-
-    def _delete(
-        self, proxy: Proxy, vm: OwnedVm, reason: str, *, keeper: Keeper | None = None
-    ) -> Action:
-        action = Delete(
-            reason=reason,
-            proxy=vm.proxy,
-            host=vm.host,
-            domain=vm.name,
-            digest=vm.digest,
-            keeper=keeper,
-        )
-        return block(action, PROTECTED) if proxy.lifecycle.protect else action
 
     def _replace(self, proxy: Proxy, made: Made, stale: list[OwnedVm]) -> list[Action]:
         """No VM has the current digest: one new VM first; the old ones go once it runs."""

@@ -19,8 +19,9 @@ serving VM away before its successor is healthy.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+from reconciler.core.plan.recreate import pace_recreates
 from reconciler.model.fleet import Rollout
 from reconciler.model.plan import Action, Blocked, Replace
 
@@ -32,11 +33,21 @@ def pace(
     zone_of: Mapping[str, str],
     zone_sizes: Mapping[str, int],
     in_flight: Mapping[str, int],
+    down: Mapping[str, Collection[str]],
     halted: Sequence[str],
 ) -> list[Action]:
     """``actions`` with the Replaces of each zone's first batch left to go and the later ones
     blocked (heals go first, then by proxy name); every Replace blocked while ``halted``
-    (the proxies whose new VM failed) names any."""
+    (the proxies whose new VM failed) names any. Recreates (``down``: a zone's
+    fixed-address proxies not serving) are paced by reconciler.core.plan.recreate."""
+    actions = pace_recreates(
+        actions,
+        rollout=rollout,
+        zone_of=zone_of,
+        zone_sizes=zone_sizes,
+        down=down,
+        halted=halted,
+    )
     if halted:
         names = ", ".join(halted)
         which = "their" if len(halted) > 1 else "its"

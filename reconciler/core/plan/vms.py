@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from reconciler.model import Domain, DomainRef, DomainState, Image, MachineType, Owner
@@ -13,12 +13,15 @@ from reconciler.model.plan import (
     Cleanup,
     Delete,
     Keep,
+    Keeper,
     Relabel,
     Start,
     replaced,
 )
 
 A = TypeVar("A", Keep, Start, Delete, Abandon)
+
+PROTECTED = "protected (lifecycle.protect)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +91,16 @@ def block(action: Action, reason: str) -> Blocked:
         owner=action.owner if isinstance(action, Relabel) else None,
         volumes=action.volumes if isinstance(action, Cleanup) else (),
     )
+
+
+def delete(
+    vm: OwnedVm,
+    reason: str,
+    *,
+    protect: bool,
+    keeper: Keeper | None = None,
+    recreate: bool = False,
+) -> Action:
+    """The delete of ``vm`` (see ``Delete``), blocked when its proxy is ``protect``-ed."""
+    action = replace(vm.action(Delete, reason), keeper=keeper, recreate=recreate)
+    return block(action, PROTECTED) if protect else action

@@ -50,7 +50,7 @@ def domain_xml(spec: VmSpec, *, disk_path: str, seed_path: str) -> str:
     ET.SubElement(domain, "on_poweroff").text = "destroy"
     ET.SubElement(domain, "on_reboot").text = "restart"
     ET.SubElement(domain, "on_crash").text = "destroy"
-    domain.append(_devices(spec.host, disk_path=disk_path, seed_path=seed_path))
+    domain.append(_devices(spec.host, disk_path=disk_path, seed_path=seed_path, mac=spec.mac))
     ET.indent(domain)
     return ET.tostring(domain, encoding="unicode")
 
@@ -113,7 +113,7 @@ def cpu_element(mode: str) -> ET.Element | None:
     return cpu
 
 
-def _devices(host: Host, *, disk_path: str, seed_path: str) -> ET.Element:
+def _devices(host: Host, *, disk_path: str, seed_path: str, mac: str | None) -> ET.Element:
     devices = ET.Element("devices")
 
     disk = ET.SubElement(devices, "disk", {"type": "file", "device": "disk"})
@@ -127,7 +127,7 @@ def _devices(host: Host, *, disk_path: str, seed_path: str) -> ET.Element:
     ET.SubElement(seed, "target", {"dev": "sda", "bus": "sata"})
     ET.SubElement(seed, "readonly")
 
-    devices.append(_interface(host))
+    devices.append(_interface(host, mac=mac))
 
     serial = ET.SubElement(devices, "serial", {"type": "pty"})
     ET.SubElement(serial, "target", {"port": "0"})
@@ -143,13 +143,17 @@ def _devices(host: Host, *, disk_path: str, seed_path: str) -> ET.Element:
     return devices
 
 
-def _interface(host: Host) -> ET.Element:
+def _interface(host: Host, *, mac: str | None) -> ET.Element:
+    """The NIC on the host's network; ``mac`` (a fixed-address proxy's) pinned, else
+    libvirt picks one."""
     kind = host.network.kind
     if kind not in ("bridge", "network"):
         raise PermanentError(
             f"network kind {kind!r} is neither 'bridge' nor 'network'", host=host.name
         )
     interface = ET.Element("interface", {"type": kind})
+    if mac is not None:
+        ET.SubElement(interface, "mac", {"address": mac})
     ET.SubElement(interface, "source", {kind: host.network.name})
     ET.SubElement(interface, "model", {"type": "virtio"})
     return interface

@@ -12,7 +12,8 @@ holds: a ``${proxy.*}`` value that would make or change one is refused at load
 (reconciler.core.load.variables), so no label can spell a reference here.
 The seed is the one place a secret's value is written: it lands,
 in clear, in the seed volume on the hypervisor (docs/security.md). What goes
-into ``vendor-data`` is decided in reconciler.core.render.guestagent.
+into ``vendor-data`` is decided in reconciler.core.render.guestagent; a fixed-address
+proxy's ``network-config`` in reconciler.core.render.netconfig.
 
 pycdlib stamps the build time into the volume descriptors, so two builds of
 the same spec differ in a few bytes; the files inside are identical.
@@ -26,6 +27,7 @@ import json
 import pycdlib
 
 from reconciler.core.render.guestagent import vendor_data
+from reconciler.core.render.netconfig import network_config
 from reconciler.model.vm import VmSpec
 
 VOLUME_LABEL = "cidata"
@@ -53,7 +55,10 @@ def seed_files(spec: VmSpec) -> dict[str, bytes]:
     )
     if vendor is not None:
         files["vendor-data"] = vendor
-    if spec.cloud_init.network_config is not None:
+    if spec.network is not None and spec.mac is not None:
+        # The load refuses a networkConfig beside spec.network: this one is the only one.
+        files["network-config"] = network_config(spec.network, mac=spec.mac)
+    elif spec.cloud_init.network_config is not None:
         files["network-config"] = spec.cloud_init.network_config.encode("utf-8")
     return files
 
