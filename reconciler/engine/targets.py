@@ -144,7 +144,10 @@ def _after(
     ok = outcome is not None and outcome.result is ActionResult.SUCCEEDED
     failure = f"{kind.value}: {outcome.error}" if outcome is not None and not ok else ""
     if ok and kind in (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START):
-        return Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+        # A start says why (crashed, killed, and which restart): the run's status would
+        # otherwise show a running VM and hide that it went down.
+        why = action.reason if kind is ActionKind.START else ""
+        return Target(ProxyStatus(name, host, domain, state="running", detail=why), fresh=True)
     if kind is ActionKind.CREATE:
         failed = outcome is not None and outcome.result is ActionResult.FAILED
         return Target(

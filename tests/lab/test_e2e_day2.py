@@ -42,7 +42,7 @@ import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,11 +98,17 @@ more while other labs boot guests on the same two cores)."""
 
 
 def fleet_yaml(
-    lab: dict[str, Any], *, image: tuple[str, str] | None = None, rollout: str = ""
+    lab: dict[str, Any],
+    *,
+    image: tuple[str, str] | None = None,
+    rollout: str = "",
+    fleet: str = FLEET,
+    zones: Sequence[str] = (),
 ) -> str:
     """Both lab hosts in one zone, so that the three proxies form one zone. ``image``: the
     url and sha256 of IMAGE_KEY (default: the lab image's); ``rollout``: policy.rollout's
-    fields, each ``key: value``."""
+    fields, each ``key: value``; ``zones``: each host's zone, in lab order (default: all
+    in ZONE)."""
     url, sha256 = image or (lab["image"]["url"], lab["image"]["sha256"])
     images = (
         f"  images:\n    {IMAGE_KEY}:\n      url: {url}\n      sha256: {sha256}\n"
@@ -116,12 +122,12 @@ def fleet_yaml(
         policy += "    rollout:\n" + "".join(f"      {line}\n" for line in rollout.splitlines())
     hosts = "".join(
         f"    - name: {h['name']}\n      address: {h['address']}\n      port: {h['port']}\n"
-        f"      user: root\n      zone: {ZONE}\n      pool: default\n"
+        f"      user: root\n      zone: {zone}\n      pool: default\n"
         "      network: {bridge: br0}\n      domainType: qemu\n      cpuMode: none\n"
-        for h in lab["hosts"]
+        for h, zone in zip(lab["hosts"], zones or [ZONE] * len(lab["hosts"]), strict=True)
     )
     return (
-        f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {FLEET}\nspec:\n"
+        f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {fleet}\nspec:\n"
         + images
         + "  machineTypes:\n    small:\n      vcpus: 1\n      memoryMiB: 1024\n      diskGiB: 4\n"
         + "  hosts:\n"
@@ -130,7 +136,9 @@ def fleet_yaml(
     )
 
 
-def proxy_yaml(name: str, probe_url: str, generation: int, *, broken: bool = False) -> str:
+def proxy_yaml(
+    name: str, probe_url: str, generation: int, *, broken: bool = False, zone: str = ZONE
+) -> str:
     """A UEFI proxy whose userData configures, enables and starts squid (the image ships it
     off); its Via header names the proxy and generation. ``broken``: the runcmd names a unit
     that does not exist (a typo), so squid never starts."""
@@ -138,7 +146,7 @@ def proxy_yaml(name: str, probe_url: str, generation: int, *, broken: bool = Fal
     return (
         "apiVersion: proxyfleet/v1\nkind: Proxy\n"
         f"metadata:\n  name: {name}\n"
-        f"spec:\n  placement:\n    zone: {ZONE}\n    image: {IMAGE_KEY}\n    machineType: small\n"
+        f"spec:\n  placement:\n    zone: {zone}\n    image: {IMAGE_KEY}\n    machineType: small\n"
         "  cloudInit:\n    userData: |\n"
         "      #cloud-config\n"
         "      write_files:\n"
@@ -175,12 +183,13 @@ class Vm:
     state: str
 
 
-def vms(lab: dict[str, Any]) -> dict[str, Vm]:
-    """Every domain of this fleet on the lab hosts (read in their namespaces)."""
+def vms(lab: dict[str, Any], prefix: str = PREFIX) -> dict[str, Vm]:
+    """Every domain of the fleet whose domains start with ``prefix`` on the lab hosts (read
+    in their namespaces)."""
     found = {}
     for h in lab["hosts"]:
         for name in virsh(h["name"], "list", "--all", "--name").split():
-            if not name.startswith(PREFIX):
+            if not name.startswith(prefix):
                 continue
             try:
                 uuid = virsh(h["name"], "domuuid", name).strip()
@@ -191,8 +200,8 @@ def vms(lab: dict[str, Any]) -> dict[str, Vm]:
     return found
 
 
-def of_proxy(found: dict[str, Vm], proxy: str) -> list[str]:
-    return sorted(d for d in found if d.startswith(f"{PREFIX}{proxy}-"))
+def of_proxy(found: dict[str, Vm], proxy: str, prefix: str = PREFIX) -> list[str]:
+    return sorted(d for d in found if d.startswith(f"{prefix}{proxy}-"))
 
 
 def qemu_pid(host: str, domain: str) -> int:
@@ -311,6 +320,8 @@ class Rig:
     daemon: DaemonProcess
     state: Path
     timings: dict[str, float] = field(default_factory=dict)
+    names: tuple[str, ...] = PROXIES
+    """The proxies all_healthy asks about."""
 
     def status(self) -> dict[str, Any]:
         try:
@@ -329,7 +340,7 @@ class Rig:
         return all(
             proxies.get(p, {}).get("health") == "healthy"
             and self.daemon.health_of(p).get("healthy") == 1.0
-            for p in PROXIES
+            for p in self.names
         )
 
     def history(self) -> dict[str, Any]:
@@ -394,31 +405,46 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    files: dict[str, str | None] = {"fleet.yaml": fleet_yaml(lab)}
+    for name in PROXIES:
+        files[f"proxies/{name}.yaml"] = proxy_yaml(name, lab["probeUrl"], 1)
+    tmp = tmp_path_factory.mktemp("day2-e2e")
+    with running_rig(lab, tmp, "Three proxies in one zone", files, names=PROXIES) as rig:
+        yield rig
+
+
+@contextlib.contextmanager
+def running_rig(
+    lab: dict[str, Any],
+    tmp: Path,
+    message: str,
+    files: dict[str, str | None],
+    *,
+    names: tuple[str, ...],
+) -> Iterator[Rig]:
+    """A bare repo with ``files`` committed, and the daemon (REPLACE_TIMEOUT) pulling it,
+    once every proxy of ``names`` is healthy; its timings and log tail printed at the end."""
     # A lab session shares its hosts across modules: VMs that earlier ones left (another
     # fleet's) would keep every base of their host (no base is removed on a host where
     # another fleet runs VMs), and the CPU they take slows every boot here.
     for h in lab["hosts"]:
         if left := clear_domains(h["name"]):
             print(f"{h['name']}: removed {', '.join(left)}, left by earlier modules")
-    tmp = tmp_path_factory.mktemp("day2-e2e")
     bare, work = tmp / "fleet.git", tmp / "operator"
     git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
     git(tmp, "clone", "-q", str(bare), str(work))
     git(work, "checkout", "-q", "-b", "main")
     remote = Remote(bare, work)
-    files: dict[str, str | None] = {"fleet.yaml": fleet_yaml(lab)}
-    for name in PROXIES:
-        files[f"proxies/{name}.yaml"] = proxy_yaml(name, lab["probeUrl"], 1)
-    remote.push("Three proxies in one zone", files)
+    remote.push(message, files)
 
     (tmp / "hook-secret").write_bytes(SECRET + b"\n")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     daemon = DaemonProcess(tmp / "proxyfleet.yaml", free_port(), tmp, env)
-    rig = Rig(lab, remote, daemon, tmp / "state")
+    rig = Rig(lab, remote, daemon, tmp / "state", names=names)
     rig.configure(REPLACE_TIMEOUT)
     started = time.monotonic()
     daemon.start()
-    rig.timings["3 proxies healthy"] = rig.wait("three healthy proxies", rig.all_healthy)
+    rig.timings[f"{len(names)} proxies healthy"] = rig.wait("healthy proxies", rig.all_healthy)
     yield rig
     for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
         lab_daemon("start", "probe", h["name"])
