@@ -444,11 +444,13 @@ def running_rig(
     rig.configure(REPLACE_TIMEOUT)
     started = time.monotonic()
     daemon.start()
-    rig.timings[f"{len(names)} proxies healthy"] = rig.wait("healthy proxies", rig.all_healthy)
-    yield rig
-    for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
-        lab_daemon("start", "probe", h["name"])
-    daemon.stop_now()
+    try:
+        rig.timings[f"{len(names)} proxies healthy"] = rig.wait("healthy proxies", rig.all_healthy)
+        yield rig
+    finally:  # a setup that failed or was interrupted leaves no daemon behind
+        for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
+            lab_daemon("start", "probe", h["name"])
+        daemon.stop_now()
     rig.timings["module"] = time.monotonic() - started
     print("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in rig.timings.items()))
     print(f"--- daemon log tail:\n{daemon.log()[-6000:]}")
