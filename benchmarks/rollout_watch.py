@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ import libvirt
 
 from lab.answering import probe
 from lab.hosts import processes_in_netns
+from lab.sampling import Periodic
 
 EVERY = 1.0
 """Seconds between two looks at the host."""
@@ -34,13 +34,14 @@ LOG_TIME = re.compile(r"^time=(\S+Z) ")
 MAC = re.compile(r"<mac address=.([0-9a-f:]{17}).")
 
 
-class NewVms:
+class NewVms(Periodic):
     """Watches the domains of ``prefix`` that are not in ``old``, in a thread: first listed
     (``defined``) and first answering the probe through squid (``healthy``), epoch seconds."""
 
     def __init__(
         self, conn: Any, prefix: str, old: Iterable[str], *, url: str, leases: Path
     ) -> None:
+        super().__init__(EVERY)
         self.conn = conn
         self.leases = leases
         self.prefix = prefix
@@ -49,31 +50,22 @@ class NewVms:
         self.defined: dict[str, float] = {}
         self.healthy: dict[str, float] = {}
         self.listed: frozenset[str] = frozenset()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> NewVms:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
     def create_to_healthy(self) -> list[float]:
         return [self.healthy[d] - self.defined[d] for d in sorted(self.healthy)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            now = time.time()
+    def look(self) -> None:
+        now = time.time()
+        try:
             domains = {d.name(): d for d in self.conn.listAllDomains(0)}
-            self.listed = frozenset(n for n in domains if n.startswith(self.prefix))
-            for name in self.listed - self.old:
-                self.defined.setdefault(name, now)
-                with contextlib.suppress(libvirt.libvirtError):  # gone since the listing
-                    if name not in self.healthy and self._answers(domains[name]):
-                        self.healthy[name] = time.time()
-            self._stop.wait(EVERY)
+        except libvirt.libvirtError:  # a lost look is no evidence; the next one counts
+            return
+        self.listed = frozenset(n for n in domains if n.startswith(self.prefix))
+        for name in self.listed - self.old:
+            self.defined.setdefault(name, now)
+            with contextlib.suppress(libvirt.libvirtError):  # gone since the listing
+                if name not in self.healthy and self._answers(domains[name]):
+                    self.healthy[name] = time.time()
 
     def _answers(self, domain: Any) -> bool:
         """True when an address the host's dnsmasq leased to one of ``domain``'s MACs

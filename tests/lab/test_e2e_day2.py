@@ -64,6 +64,7 @@ from lab import config as lab_config
 from lab import hosts as lab_hosts
 from lab import imagebuild, imageupdate
 from lab.answering import Answering
+from lab.sampling import Periodic
 from reconciler.model import Image
 from reconciler.model.vm import base_marker_name, base_volume_name
 
@@ -275,30 +276,18 @@ def halted_report(lab: dict[str, Any], halted: dict[str, Any]) -> str:
     return f"the image rollout halted: {halted}\n{reports}"
 
 
-class Through:
+class Through(Periodic):
     """Requests through the squid of each named proxy every ``interval`` s, in a thread."""
 
     def __init__(self, targets: dict[str, str], url: str, *, interval: float = 2.0) -> None:
+        super().__init__(interval)
         self.targets = dict(targets)
         self.url = url
-        self.interval = interval
         self.samples: list[tuple[float, dict[str, tuple[int | None, str]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Through:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            seen = {name: probe_through(ip, self.url) for name, ip in self.targets.items()}
-            self.samples.append((time.time(), seen))
-            self._stop.wait(self.interval)
+    def look(self) -> None:
+        seen = {name: probe_through(ip, self.url) for name, ip in self.targets.items()}
+        self.samples.append((time.time(), seen))
 
     def failures(self, generation: int) -> list[str]:
         """Every sample in which a proxy did not answer 204 with its own ``generation``."""
@@ -391,6 +380,15 @@ class Rig:
         assert self.daemon.proc.wait(timeout=REPLACE_TIMEOUT + 300) == 0, self.daemon.log()
         self.configure(replace_timeout)
         self.daemon.start()
+
+    def halted_saying(self, text: str) -> None:
+        """Wait for a RolloutHalted condition whose message holds ``text``: a broken
+        rollout's halt, BROKEN_GATE after its new VMs' creation, however slow their boot."""
+        self.wait(
+            f"RolloutHalted saying {text!r}",
+            lambda: text in (self.condition("RolloutHalted") or {}).get("message", ""),
+            timeout=BROKEN_GATE + BOOT,
+        )
 
     def cycle(self) -> None:
         """Wait until a cycle that starts after now has finished."""
@@ -622,14 +620,8 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
             {f"proxies/{n}.yaml": proxy_yaml(n, lab["probeUrl"], 2, broken=True) for n in PROXIES},
         )
         assert daemon.hook() == 202
-        rig.wait(  # a halt of an earlier revision (d's, on a slow machine) does not count
-            "RolloutHalted for pfh-a",
-            lambda: (
-                "pfh-a failed its health check"
-                in (rig.condition("RolloutHalted") or {}).get("message", "")
-            ),
-            timeout=BROKEN_GATE + BOOT,
-        )
+        # A halt of an earlier revision (d's, on a slow machine) does not count.
+        rig.halted_saying("pfh-a failed its health check")
         rig.timings["b: commit -> halted"] = time.monotonic() - t0
         halted = vms(lab)
         rig.cycle()  # a cycle of the halted revision plans no further replace

@@ -34,7 +34,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -45,6 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_e2e_daemon import git, probe_through
 from test_e2e_day2 import (
     BOOT,
+    BROKEN_GATE,
     REPLACE_TIMEOUT,
     Rig,
     Through,
@@ -57,6 +57,7 @@ from test_e2e_day2 import (
     vms,
 )
 
+from lab.sampling import Periodic
 from reconciler.adapters.surface.controlsocket import request
 from reconciler.errors import ControlError
 
@@ -68,9 +69,6 @@ ZONE_A = ("pfl-a", "pfl-b", "pfl-c", "pfl-d")
 OTHER = "pfl-z"
 PROXIES = (*ZONE_A, OTHER)
 ROLLOUT = "maxUnavailable: 1\nmaxSurge: 1"
-BROKEN_GATE = 180
-"""b's replaceTimeoutSeconds: its new VMs can never pass a check, so the halt comes this
-long after their creation whatever the machine's speed (test_e2e_day2.BROKEN_GATE)."""
 
 
 def fleet(lab: dict[str, Any]) -> str:
@@ -127,28 +125,17 @@ def asked(rig: Rig) -> dict[str, Any]:
     return dict(answer)
 
 
-class Gets:
+class Gets(Periodic):
     """The daemon's ``get`` answer every 2 s in a thread: what an operator saw meanwhile."""
 
     def __init__(self, rig: Rig) -> None:
+        super().__init__(2.0)
         self.rig = rig
         self.seen: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Gets:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=120)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(ControlError, StopIteration):  # a lost answer is no evidence
-                self.seen.append(asked(self.rig))
-            self._stop.wait(2.0)
+    def look(self) -> None:
+        with contextlib.suppress(ControlError, StopIteration):  # a lost answer is no evidence
+            self.seen.append(asked(self.rig))
 
     def restarted(self, name: str) -> list[dict[str, Any]]:
         """The answers that show proxy ``name``'s VM crashed and started again (its detail:
@@ -241,14 +228,7 @@ def test_b_a_bad_commit_halts_whole_and_the_old_vms_keep_serving(rig: Rig) -> No
         )
         assert daemon.hook() == 202
         t0 = time.monotonic()
-        rig.wait(
-            "RolloutHalted naming pfl-a and pfl-b",
-            lambda: (
-                "pfl-a, pfl-b failed their health check"
-                in (rig.condition("RolloutHalted") or {}).get("message", "")
-            ),
-            timeout=BROKEN_GATE + BOOT,
-        )
+        rig.halted_saying("pfl-a, pfl-b failed their health check")
         rig.timings["b: commit -> halted"] = time.monotonic() - t0
         rig.cycle()  # two whole runs of the halted revision
         rig.cycle()
