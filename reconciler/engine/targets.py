@@ -157,9 +157,11 @@ def _after(
     if kind is ActionKind.REPLACE and old is not None:
         serving = _observed(name, old.host, old.domain, inventory)
         return Target(replace(serving, detail=failure))  # the old VM stays when a replace fails
-    if kind is ActionKind.BLOCKED and not domain:
+    if kind is ActionKind.BLOCKED and (old is not None or not domain):
         blocked = f"blocked: {action.reason}"
-        if old is not None:  # a blocked replace: the old VM still serves
+        # A blocked replace (a later batch, a halt; its domain is the new VM's name, never
+        # made): the old VM still serves.
+        if old is not None:
             serving = _observed(name, old.host, old.domain, inventory)
             return Target(replace(serving, detail=blocked))
         return Target(ProxyStatus(name, host, state="absent", detail=blocked))
