@@ -13,26 +13,35 @@ that fetches the lab's probe URL through that squid. The fleet's
   other of two byte-different copies of the lab image (the lab image itself,
   and a copy ``qemu-img convert``-ed once with zstd compression instead of
   zlib, ``lab.imageupdate.recompressed``, cached beside it in the image
-  directory the lab's image server serves), commits, and times ``proxyfleet
-  apply --yes --json``: the new base is uploaded and every proxy replaced
-  through the rollout, batch after batch, each new VM health-gated before its
-  old one goes. Meanwhile a thread (``lab.answering.Answering``) samples about
-  every 2 s how many of the N proxies answer through squid: it sends the probe
-  URL through every address in the host's DHCP leases and reads which proxy
-  answered from squid's ``Via`` header (``visible_hostname`` is the proxy's
-  name), so a proxy counts while its old *or* its new VM serves.
+  directory the lab's image server serves) and commits, with ``proxyfleet
+  run`` watching the repo (interval 1 h: the follow-up runs, every 30 s while
+  a new VM is not healthy, pace the rollout, as they do in production). Runs
+  never wait for a boot (issue 39): each makes a batch's new VMs and returns; a
+  later run finds them healthy, deletes their old VMs and starts the next
+  batch. Timed: from the commit until the last old VM is gone. Meanwhile a
+  thread (``lab.answering.Answering``) samples about every 2 s how many of the
+  N proxies answer through squid: it sends the probe URL through every address
+  in the host's DHCP leases and reads which proxy answered from squid's
+  ``Via`` header (``visible_hostname`` is the proxy's name), so a proxy counts
+  while its old *or* its new VM serves; and another
+  (``benchmarks.rollout_watch.NewVms``) notes when each new VM is first listed
+  and first answers through its own address.
 - Reported per run: the rollout's wall time; the least number answering at any
-  sample; the number of batches (the plan's highest replace batch); one VM's
-  create-to-healthy time, the median ``durationSeconds`` of the run's replaces
-  (create, boot until the health check passes, delete the old VM); the floor,
+  sample; the number of batches (from ``maxSurge`` and ``maxUnavailable``);
+  one VM's create-to-healthy, the median over the new VMs of first answer
+  minus first listing (what a run that waited for the boot took); the floor,
   batches x that time; the ratio wall / floor. Then one more apply, after
   which the old base volume must be gone from the pool (bases are removed one
   run after their last overlay).
+- ``--kill`` (row 6b): once the rollout's first new VM is listed, the QEMU of
+  the old VM that rolls last is SIGKILLed; reported: the seconds from the kill
+  to the daemon's ``Start of ... succeeded`` (target: within 2 follow-up
+  intervals), beside the rollout's own figures.
 
 Every VM of the benchmark is deleted at the end. Nothing is asserted.
 
 Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_rollout
-[--proxies N] [--max-surge 25%] [--runs 1]``.
+[--proxies N] [--max-surge 25%] [--runs 1] [--kill]``.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_trigger import FINISHED, Daemon, daemon_config, free_port
 from benchmarks.common import (
     Result,
     apply_cmd,
@@ -63,9 +73,11 @@ from benchmarks.common import (
     lab_ssh,
     lab_up,
 )
+from benchmarks.rollout_watch import EVERY, NewVms, kill_qemu, logged_at
 from lab import imagebuild, imageupdate
-from lab.answering import EVERY, Answering
+from lab.answering import Answering
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.engine.daemon import FOLLOW_UP
 from reconciler.model import Image
 from reconciler.model.vm import base_volume_name
 
@@ -206,6 +218,96 @@ def remove_vms(hv: LibvirtHost, conn: Any) -> int:
     return removed
 
 
+@dataclass(frozen=True)
+class Rolled:
+    """One rollout by the daemon, as seen from outside."""
+
+    wall: float
+    """Seconds from the commit to the last old VM gone (every proxy on a new VM)."""
+    complete: bool
+    create_to_healthy: list[float]
+    heal: float | None = None
+    """Seconds from the kill (``--kill``) to the daemon's start of the killed VM."""
+    heal_text: str = ""
+
+
+def batches_of(proxies: int, surge: str, unavailable_: str) -> int:
+    """The rollout's batches: maxSurge (a percentage rounds up) plus maxUnavailable (down)
+    replaces at a time."""
+    up = -(-proxies * int(surge[:-1]) // 100) if surge.endswith("%") else int(surge)
+    size = max(1, up + unavailable(unavailable_, proxies))
+    return -(-proxies // size)
+
+
+def by_daemon(
+    lab: dict[str, Any],
+    repo: Path,
+    conn: Any,
+    sampler: Answering,
+    *,
+    new_image: LabImage,
+    rollout: str,
+    proxies: int,
+    batches: int,
+    replace_timeout: float,
+    kill: bool,
+    log: Path,
+) -> Rolled:
+    """Commit ``new_image`` with ``proxyfleet run`` watching the repo (interval 1 h, so that
+    the follow-up runs, every FOLLOW_UP s while a new VM is not healthy, pace the rollout)
+    and wait until every old VM is gone. ``kill``: once the first new VM is listed, SIGKILL
+    the QEMU of an old VM that rolls last and time the daemon's start of it."""
+    from lab import config
+
+    layout = config.HostLayout.from_name(lab_host(lab).name)
+    assert layout is not None
+    prefix = f"pf-{FLEET}-"
+    old = sorted(d.name() for d in conn.listAllDomains(0) if d.name().startswith(prefix))
+    settings = f"replaceTimeoutSeconds: {replace_timeout:g}\n"
+    daemon_file = daemon_config(
+        log.with_suffix(".yaml"),
+        url=str(repo),
+        lab=lab,
+        port=free_port(),
+        state=bench_dir("rollout-daemon-state"),
+        extra=settings,
+    )
+    daemon = Daemon(daemon_file, log, dict(os.environ))
+    heal, heal_text = None, ""
+    try:
+        daemon.wait_for(FINISHED, timeout=1800)
+        with sampler, NewVms(conn, prefix, old, url=lab["probeUrl"], leases=layout.leases) as vms:
+            write_fleet(repo, lab, new_image, rollout)
+            git(repo, "commit", "-q", "-am", f"image {IMAGE_KEY}: {new_image.sha256[:12]}")
+            committed = time.time()
+            deadline = time.monotonic() + batches * replace_timeout + 600
+            if kill:
+                while not vms.defined and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                victim = old[-1]  # batches go by proxy name: the last rolls last
+                runs = daemon.text().count("Reconcile started")
+                killed = kill_qemu(layout.netns, victim)
+                needle = f"Start of {victim} on {layout.name} succeeded"
+                daemon.wait_for(needle, timeout=1800)
+                heal = (logged_at(daemon.text(), needle) or killed) - killed
+                text = daemon.text()
+                runs = text[: text.find(needle)].count("Reconcile started") - runs
+                heal_text = (
+                    f"{victim} killed {killed - committed:.0f} s after the commit, started "
+                    f"{heal:.1f} s later by the {runs}th run since, "
+                    f"{len(vms.healthy)} of {proxies} new VMs healthy by then"
+                )
+            while (set(old) & vms.listed or len(vms.listed) < proxies) and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(EVERY)
+            wall = time.time() - committed
+            complete = not set(old) & vms.listed and len(vms.healthy) == proxies
+    finally:
+        daemon.stop()
+    return Rolled(wall, complete, vms.create_to_healthy(), heal, heal_text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proxies", type=int, default=20)
@@ -218,10 +320,19 @@ def main() -> int:
         default=REPLACE_TIMEOUT,
         help="replaceTimeoutSeconds of apply's config (the daemon's default is 600)",
     )
+    parser.add_argument(
+        "--kill",
+        action="store_true",
+        help="row 6b: SIGKILL an old VM's QEMU once the rollout's first new VM is listed",
+    )
     parser.add_argument("--json", help="write the result here (for benchmarks.run)")
     args = parser.parse_args()
 
-    result = Result(row="rollout", load_before=os.getloadavg(), busy=busy_text())
+    result = Result(
+        row="rollout-heal" if args.kill else "rollout",
+        load_before=os.getloadavg(),
+        busy=busy_text(),
+    )
     lab = lab_up()
     from lab import config
 
@@ -258,6 +369,8 @@ def main() -> int:
     gone: list[float] = []
     planned: list[float] = []
     replaced: list[float] = []
+    heal: list[float] = []
+    heal_texts: list[str] = []
     try:
         print(f"removed {remove_vms(hv, conn)} leftover VMs", flush=True)
         # Warm-up: create the N proxies, wait until every one answers through squid.
@@ -275,37 +388,43 @@ def main() -> int:
             f"  warm-up: apply {seconds:.1f} s, all {args.proxies} answering after {ready:.1f} s",
             flush=True,
         )
+        n_batches = batches_of(args.proxies, args.max_surge, args.max_unavailable)
         for run in range(args.runs):
             old, new = images[run % 2], images[(run + 1) % 2]
-            write_fleet(repo, lab, new, rollout)
-            git(repo, "commit", "-q", "-am", f"image {IMAGE_KEY}: {new.sha256[:12]}")
-            with sampler:
-                report, seconds = apply(cmd, scratch / f"apply-rollout-{run + 1}.log")
-            errors = failed(report)
-            replaces = [a for a in report["plan"]["actions"] if a["action"] == "replace"]
-            durations = [
-                o["durationSeconds"]
-                for o in report["outcomes"]
-                if o["action"] == "replace" and o["result"] == "succeeded"
-            ]
-            n_batches = max((a["batch"] or 1 for a in replaces), default=0)
+            rolled = by_daemon(
+                lab,
+                repo,
+                conn,
+                sampler,
+                new_image=new,
+                rollout=rollout,
+                proxies=args.proxies,
+                batches=n_batches,
+                replace_timeout=args.replace_timeout,
+                kill=args.kill,
+                log=scratch / f"daemon-{run + 1}.log",
+            )
             counts = [len(s) for _, s in sampler.samples] if sampler.samples else [0]
-            vm = statistics.median(durations) if durations else 0.0
+            vm = statistics.median(rolled.create_to_healthy) if rolled.create_to_healthy else 0.0
             floor = n_batches * vm
-            wall.append(seconds)
+            wall.append(rolled.wall)
             least.append(min(counts))
             batches.append(n_batches)
             one_vm.append(vm)
             floors.append(floor)
-            ratios.append(seconds / floor if floor else 0.0)
-            planned.append(len(replaces))
-            replaced.append(len(durations))
+            ratios.append(rolled.wall / floor if floor else 0.0)
+            planned.append(args.proxies)
+            replaced.append(len(rolled.create_to_healthy) if rolled.complete else 0)
+            if rolled.heal is not None:
+                heal.append(rolled.heal)
+                heal_texts.append(rolled.heal_text)
             print(
-                f"  run {run + 1}/{args.runs}: {len(replaces)} replaces in {n_batches} batches, "
-                f"wall {seconds:.1f} s, least answering {min(counts)}/{args.proxies} "
+                f"  run {run + 1}/{args.runs}: {args.proxies} replaces in {n_batches} batches, "
+                f"wall {rolled.wall:.1f} s, least answering {min(counts)}/{args.proxies} "
                 f"over {len(counts)} samples, one VM {vm:.1f} s, floor {floor:.1f} s, "
-                f"ratio {ratios[-1]:.2f}x, {len(durations)} of {len(replaces)} replaced"
-                + (f"; failed: {errors}" if errors else ""),
+                f"ratio {ratios[-1]:.2f}x, {len(rolled.create_to_healthy)} new VMs healthy"
+                + ("" if rolled.complete else ", NOT rolled out")
+                + (f"; {rolled.heal_text}" if rolled.heal_text else ""),
                 flush=True,
             )
             # One more apply: the old base has no overlay left and goes now.
@@ -333,6 +452,13 @@ def main() -> int:
     result.add("replaces", "replaces", planned)
     result.add("replaced", "replaces", replaced)
     result.add("max_unavailable", "proxies", [unavailable(args.max_unavailable, args.proxies)])
+    if heal:
+        h = result.add("heal", "s", heal)
+        result.add("follow_up", "s", [FOLLOW_UP])
+        result.note(
+            f"a VM killed during the rollout: started again {h.text(1)} after the kill "
+            f"(follow-up interval {FOLLOW_UP:g} s); {' / '.join(heal_texts)}"
+        )
     result.note(
         f"{args.proxies} proxies, maxSurge {args.max_surge}, maxUnavailable "
         f"{args.max_unavailable}, replaceTimeoutSeconds {args.replace_timeout:g}; "
@@ -340,7 +466,7 @@ def main() -> int:
         f"rollout wall {w.text(1)}, least answering {lo.low:.0f} of {args.proxies}, "
         f"{b.text(0)}, replaces that succeeded {int(min(replaced, default=0))} of "
         f"{int(max(planned, default=0))} (the least of any run), "
-        f"one VM create-to-healthy (median replace) {v.text(1)}, "
+        f"one VM create-to-healthy (median, watched beside the daemon) {v.text(1)}, "
         f"floor {f.text(1)}: ratio {w.median / f.median if f.median else 0:.2f}x; "
         f"old base gone after one more apply in {int(sum(gone))} of {len(gone)} runs"
     )

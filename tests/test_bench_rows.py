@@ -6,8 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.bench_delete import left_in_dirs, named
-from benchmarks.common import Result
-from benchmarks.run import LINES, ROWS, create_floor_lines, delete_lines, rollout_line, run_row
+from benchmarks.bench_rollout import batches_of
+from benchmarks.common import Metric, Result
+from benchmarks.run import (
+    LINES,
+    ROWS,
+    create_floor_lines,
+    delete_lines,
+    heal_line,
+    rollout_line,
+    run_row,
+)
 
 
 def result(row: str, **samples: list[float]) -> Result:
@@ -121,8 +130,8 @@ def test_a_reused_row_without_its_seconds_says_so_instead_of_a_time(tmp_path: Pa
     assert run_row(row, 3, tmp_path, reuse=True)[1] is None
 
 
-def rollout(replaced: list[float] | None) -> Result:
-    r = result("rollout", proxyfleet=[853.0], floor=[1693.0], one_vm=[423.0])
+def rollout(replaced: list[float] | None, *, wall: float = 853.0, row: str = "rollout") -> Result:
+    r = result(row, proxyfleet=[wall], floor=[1693.0], one_vm=[423.0])
     r.add("least_answering", "proxies", [20])
     r.add("proxies", "proxies", [20])
     r.add("max_unavailable", "proxies", [0])
@@ -164,3 +173,28 @@ def test_the_dns_row_prints_the_moved_fleets_update_and_says_no_past_one_update_
     assert line[0].startswith("8. one run's DNS update of a 200-proxy fleet")
     assert line[1].startswith("3100 (3000-3200) ms, 1 UPDATE of 53 KiB") and line[5] == "yes"
     assert LINES["dns"](two)[0][5] == "**no**"
+
+
+def test_a_rollout_over_its_floor_by_more_than_the_target_says_no() -> None:
+    line = rollout_line(rollout([20], wall=1.2 * 1693.0))
+
+    assert line[3] == "1.20x" and "<= 1.15x" in line[4] and line[5] == "**no**"
+
+
+def test_healing_during_a_rollout_is_judged_against_two_follow_up_intervals() -> None:
+    r = rollout([20], row="rollout-heal")
+    r.add("follow_up", "s", [30.0])
+    r.add("heal", "s", [61.0])
+
+    heal, during = heal_line(r)
+
+    assert heal[1].startswith("61.0") and heal[5] == "**no**", heal
+    assert during[0].startswith("6c. image update rolled over 20 proxies"), during
+    r.metrics["heal"] = Metric("heal", "s", [41.0])
+    assert heal_line(r)[0][5] == "yes"
+
+
+def test_a_rollouts_batches_hold_the_surge_rounded_up_and_the_unavailable_rounded_down() -> None:
+    assert batches_of(20, "25%", "0") == 4
+    assert batches_of(4, "1", "1") == 2
+    assert batches_of(3, "10%", "10%") == 3  # surge 1 (up), unavailable 0 (down)

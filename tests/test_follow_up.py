@@ -18,6 +18,7 @@ from daemonutil import real_daemon, running, wait_until
 from reports import report
 from test_reconcile_fakehost import World
 
+from reconciler.adapters.state.historystore import FileHistoryStore
 from reconciler.engine.daemon import FOLLOW_UP, Daemon
 from reconciler.model.report import Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings, ListenSettings
@@ -87,6 +88,30 @@ def test_a_healthy_new_vm_is_not_settling(tmp_path: Path) -> None:
 
     assert [p.health for p in first.proxies] == [Health.HEALTHY]
     assert first.settling == ()
+
+
+def test_a_new_vm_that_passes_beside_its_old_vm_brings_the_handover_run_soon(
+    tmp_path: Path,
+) -> None:
+    """The run whose check finds a replace's new VM healthy for the first time leaves its
+    old VM for the next plan (the handover, and the zone's next batch): that run comes in
+    FOLLOW_UP seconds, not an interval later, or every batch of a rollout would wait for
+    the interval."""
+    w = World(tmp_path / "repo")
+    w.root.mkdir()
+    w.engine.history = FileHistoryStore(tmp_path / "state" / "history.json")
+    w.write("web-1")
+    w.cycle()
+    w.write("web-1", hostname_suffix="v2-")
+
+    made = w.cycle()  # the replace's new VM answers at once here
+
+    assert [o.action.kind.value for o in made.outcomes] == ["replace"]
+    assert [p.health for p in made.proxies] == [Health.HEALTHY]
+    assert made.settling == ("web-1",)
+    handed = w.cycle()
+    assert [o.action.kind.value for o in handed.outcomes] == ["delete"]
+    assert handed.settling == ()
 
 
 @pytest.fixture

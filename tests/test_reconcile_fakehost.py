@@ -188,6 +188,34 @@ def test_transient_failures_are_retried_and_a_shut_off_vm_is_started(world: Worl
     assert world.time.sleeps[:2] == [1.5, 3.0]
 
 
+def test_a_crashed_vm_started_again_says_so_in_the_runs_status(world: World) -> None:
+    world.cycle()
+    (domain,) = [d for d in world.hosts["kvm02"].domains]
+    world.hosts["kvm02"].set_state(domain, DomainState.CRASHED)
+
+    report = world.cycle()
+
+    (status,) = [p for p in report.proxies if p.domain == domain]
+    assert status.state == "running"
+    assert "crashed" in status.detail and "starts it (restart 1)" in status.detail, status
+
+
+def test_proxies_whose_replace_waits_for_a_later_batch_are_reported_as_their_old_vm(
+    world: World,
+) -> None:
+    world.cycle()
+    before = {p.name: p.domain for p in world.cycle().proxies}
+    world.write("web-1", "web-2", "web-3", hostname_suffix="v2-")
+
+    report = world.cycle()  # one replace at a time: web-2 and web-3 wait, blocked
+
+    waiting = [p for p in report.proxies if p.name != "web-1"]
+    assert [(p.state, p.health, p.domain) for p in waiting] == [
+        ("running", Health.HEALTHY, before[p.name]) for p in waiting
+    ]
+    assert all("batch" in p.detail for p in waiting), waiting
+
+
 def test_a_foreign_domain_is_never_touched(world: World) -> None:
     world.hosts["kvm01"].add_domain("someone-elses-vm", DomainState.RUNNING)
 

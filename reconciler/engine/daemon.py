@@ -8,7 +8,8 @@ action in flight and starts no new one, the loop ends and ``run`` returns 0.
 
 While a run leaves a new VM that is not healthy yet (``RunReport.settling``:
 created, replaced or started by the run, or created less than
-``replace_timeout`` ago and still booting), the next run comes ``FOLLOW_UP``
+``replace_timeout`` ago and still booting), or finds one healthy for the first
+time beside its old VM (the next plan hands over), the next run comes ``FOLLOW_UP``
 seconds later instead of an interval later; never sooner than that, and the
 interval takes over once every new VM is healthy or no longer new.
 """

@@ -348,7 +348,10 @@ def settling(
 ) -> tuple[str, ...]:
     """The proxies whose VM runs, is not healthy yet and is new: this run created, replaced
     or started it, or its recorded creation time is less than ``window`` seconds before
-    ``now`` (a VM that a run before a restart made and that is still booting).
+    ``now`` (a VM that a run before a restart made and that is still booting). And those
+    whose VM passed its first check in this run while another VM of the proxy still
+    exists: the next plan hands over (deletes the old VM, starts the zone's next batch),
+    and a rollout would otherwise wait an interval per batch.
 
     A VM that stays unhealthy longer than that is no longer "new": it waits for
     the interval like any other problem.
@@ -358,18 +361,22 @@ def settling(
         for o in outcomes
         if o.result is ActionResult.SUCCEEDED and o.action.kind in NEW_VM_ACTIONS
     }
-    created = {
-        (h.name, d.name): d.owner.created
-        for h in prepared.observation.inventory.hosts
-        for d in h.domains
-        if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name
-    }
+    created: dict[tuple[str, str], str] = {}
+    owned: dict[str, set[tuple[str, str]]] = {}  # each proxy's VMs on the hosts
+    for h in prepared.observation.inventory.hosts:
+        for d in h.domains:
+            if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name:
+                created[(h.name, d.name)] = d.owner.created
+                owned.setdefault(d.owner.proxy, set()).add((h.name, d.name))
     names = set()
     for vm in vms:
-        if vm.health is Health.HEALTHY or vm.state != "running":
-            continue
         key = (vm.host, vm.domain)
-        if key in acted or _younger(created.get(key, ""), now, window):
+        new = key in acted or _younger(created.get(key, ""), now, window)
+        if vm.health is Health.HEALTHY:
+            first = not prepared.history.record(vm.host, vm.domain).healthy_once
+            if first and owned.get(vm.name, set()) - {key}:
+                names.add(vm.name)
+        elif vm.state == "running" and new:
             names.add(vm.name)
     return tuple(sorted(names))
 

@@ -144,7 +144,10 @@ def _after(
     ok = outcome is not None and outcome.result is ActionResult.SUCCEEDED
     failure = f"{kind.value}: {outcome.error}" if outcome is not None and not ok else ""
     if ok and kind in (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START):
-        return Target(ProxyStatus(name, host, domain, state="running"), fresh=True)
+        # A start says why (crashed, killed, and which restart): the run's status would
+        # otherwise show a running VM and hide that it went down.
+        why = action.reason if kind is ActionKind.START else ""
+        return Target(ProxyStatus(name, host, domain, state="running", detail=why), fresh=True)
     if kind is ActionKind.CREATE:
         failed = outcome is not None and outcome.result is ActionResult.FAILED
         return Target(
@@ -154,9 +157,11 @@ def _after(
     if kind is ActionKind.REPLACE and old is not None:
         serving = _observed(name, old.host, old.domain, inventory)
         return Target(replace(serving, detail=failure))  # the old VM stays when a replace fails
-    if kind is ActionKind.BLOCKED and not domain:
+    if kind is ActionKind.BLOCKED and (old is not None or not domain):
         blocked = f"blocked: {action.reason}"
-        if old is not None:  # a blocked replace: the old VM still serves
+        # A blocked replace (a later batch, a halt; its domain is the new VM's name, never
+        # made): the old VM still serves.
+        if old is not None:
             serving = _observed(name, old.host, old.domain, inventory)
             return Target(replace(serving, detail=blocked))
         return Target(ProxyStatus(name, host, state="absent", detail=blocked))

@@ -16,7 +16,6 @@ import re
 import select
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ import pytest
 
 from lab import config as lab_config
 from lab import hosts as lab_hosts
+from lab.sampling import Periodic
 
 ROOT = Path(__file__).resolve().parents[2]
 VIRSH = ("virsh", "-q", "-c", "qemu:///system")
@@ -377,28 +377,16 @@ def console_login(
     return ConsoleRun(connected, at_prompt, code, seen.decode(errors="replace"), second)
 
 
-class Sampler:
+class Sampler(Periodic):
     """Samples the running domains of one host every ``interval`` seconds in a thread."""
 
     def __init__(self, host: str, *, interval: float = 1.0) -> None:
+        super().__init__(interval)
         self.host = host
-        self.interval = interval
         self.samples: list[tuple[float, frozenset[str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(lab_hosts.LabError):  # a lost sample is no evidence
-                seen = frozenset(running(self.host))
-                # Stamped when the answer is in: the state it shows held at or before then.
-                self.samples.append((time.time(), seen))
-            self._stop.wait(self.interval)
+    def look(self) -> None:
+        with contextlib.suppress(lab_hosts.LabError):  # a lost sample is no evidence
+            seen = frozenset(running(self.host))
+            # Stamped when the answer is in: the state it shows held at or before then.
+            self.samples.append((time.time(), seen))

@@ -42,7 +42,7 @@ import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +64,7 @@ from lab import config as lab_config
 from lab import hosts as lab_hosts
 from lab import imagebuild, imageupdate
 from lab.answering import Answering
+from lab.sampling import Periodic
 from reconciler.model import Image
 from reconciler.model.vm import base_marker_name, base_volume_name
 
@@ -98,11 +99,17 @@ more while other labs boot guests on the same two cores)."""
 
 
 def fleet_yaml(
-    lab: dict[str, Any], *, image: tuple[str, str] | None = None, rollout: str = ""
+    lab: dict[str, Any],
+    *,
+    image: tuple[str, str] | None = None,
+    rollout: str = "",
+    fleet: str = FLEET,
+    zones: Sequence[str] = (),
 ) -> str:
     """Both lab hosts in one zone, so that the three proxies form one zone. ``image``: the
     url and sha256 of IMAGE_KEY (default: the lab image's); ``rollout``: policy.rollout's
-    fields, each ``key: value``."""
+    fields, each ``key: value``; ``zones``: each host's zone, in lab order (default: all
+    in ZONE)."""
     url, sha256 = image or (lab["image"]["url"], lab["image"]["sha256"])
     images = (
         f"  images:\n    {IMAGE_KEY}:\n      url: {url}\n      sha256: {sha256}\n"
@@ -116,12 +123,12 @@ def fleet_yaml(
         policy += "    rollout:\n" + "".join(f"      {line}\n" for line in rollout.splitlines())
     hosts = "".join(
         f"    - name: {h['name']}\n      address: {h['address']}\n      port: {h['port']}\n"
-        f"      user: root\n      zone: {ZONE}\n      pool: default\n"
+        f"      user: root\n      zone: {zone}\n      pool: default\n"
         "      network: {bridge: br0}\n      domainType: qemu\n      cpuMode: none\n"
-        for h in lab["hosts"]
+        for h, zone in zip(lab["hosts"], zones or [ZONE] * len(lab["hosts"]), strict=True)
     )
     return (
-        f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {FLEET}\nspec:\n"
+        f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {fleet}\nspec:\n"
         + images
         + "  machineTypes:\n    small:\n      vcpus: 1\n      memoryMiB: 1024\n      diskGiB: 4\n"
         + "  hosts:\n"
@@ -130,7 +137,9 @@ def fleet_yaml(
     )
 
 
-def proxy_yaml(name: str, probe_url: str, generation: int, *, broken: bool = False) -> str:
+def proxy_yaml(
+    name: str, probe_url: str, generation: int, *, broken: bool = False, zone: str = ZONE
+) -> str:
     """A UEFI proxy whose userData configures, enables and starts squid (the image ships it
     off); its Via header names the proxy and generation. ``broken``: the runcmd names a unit
     that does not exist (a typo), so squid never starts."""
@@ -138,7 +147,7 @@ def proxy_yaml(name: str, probe_url: str, generation: int, *, broken: bool = Fal
     return (
         "apiVersion: proxyfleet/v1\nkind: Proxy\n"
         f"metadata:\n  name: {name}\n"
-        f"spec:\n  placement:\n    zone: {ZONE}\n    image: {IMAGE_KEY}\n    machineType: small\n"
+        f"spec:\n  placement:\n    zone: {zone}\n    image: {IMAGE_KEY}\n    machineType: small\n"
         "  cloudInit:\n    userData: |\n"
         "      #cloud-config\n"
         "      write_files:\n"
@@ -175,12 +184,13 @@ class Vm:
     state: str
 
 
-def vms(lab: dict[str, Any]) -> dict[str, Vm]:
-    """Every domain of this fleet on the lab hosts (read in their namespaces)."""
+def vms(lab: dict[str, Any], prefix: str = PREFIX) -> dict[str, Vm]:
+    """Every domain of the fleet whose domains start with ``prefix`` on the lab hosts (read
+    in their namespaces)."""
     found = {}
     for h in lab["hosts"]:
         for name in virsh(h["name"], "list", "--all", "--name").split():
-            if not name.startswith(PREFIX):
+            if not name.startswith(prefix):
                 continue
             try:
                 uuid = virsh(h["name"], "domuuid", name).strip()
@@ -191,8 +201,8 @@ def vms(lab: dict[str, Any]) -> dict[str, Vm]:
     return found
 
 
-def of_proxy(found: dict[str, Vm], proxy: str) -> list[str]:
-    return sorted(d for d in found if d.startswith(f"{PREFIX}{proxy}-"))
+def of_proxy(found: dict[str, Vm], proxy: str, prefix: str = PREFIX) -> list[str]:
+    return sorted(d for d in found if d.startswith(f"{prefix}{proxy}-"))
 
 
 def qemu_pid(host: str, domain: str) -> int:
@@ -266,30 +276,18 @@ def halted_report(lab: dict[str, Any], halted: dict[str, Any]) -> str:
     return f"the image rollout halted: {halted}\n{reports}"
 
 
-class Through:
+class Through(Periodic):
     """Requests through the squid of each named proxy every ``interval`` s, in a thread."""
 
     def __init__(self, targets: dict[str, str], url: str, *, interval: float = 2.0) -> None:
+        super().__init__(interval)
         self.targets = dict(targets)
         self.url = url
-        self.interval = interval
         self.samples: list[tuple[float, dict[str, tuple[int | None, str]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Through:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            seen = {name: probe_through(ip, self.url) for name, ip in self.targets.items()}
-            self.samples.append((time.time(), seen))
-            self._stop.wait(self.interval)
+    def look(self) -> None:
+        seen = {name: probe_through(ip, self.url) for name, ip in self.targets.items()}
+        self.samples.append((time.time(), seen))
 
     def failures(self, generation: int) -> list[str]:
         """Every sample in which a proxy did not answer 204 with its own ``generation``."""
@@ -311,6 +309,8 @@ class Rig:
     daemon: DaemonProcess
     state: Path
     timings: dict[str, float] = field(default_factory=dict)
+    names: tuple[str, ...] = PROXIES
+    """The proxies all_healthy asks about."""
 
     def status(self) -> dict[str, Any]:
         try:
@@ -329,7 +329,7 @@ class Rig:
         return all(
             proxies.get(p, {}).get("health") == "healthy"
             and self.daemon.health_of(p).get("healthy") == 1.0
-            for p in PROXIES
+            for p in self.names
         )
 
     def history(self) -> dict[str, Any]:
@@ -381,6 +381,15 @@ class Rig:
         self.configure(replace_timeout)
         self.daemon.start()
 
+    def halted_saying(self, text: str) -> None:
+        """Wait for a RolloutHalted condition whose message holds ``text``: a broken
+        rollout's halt, BROKEN_GATE after its new VMs' creation, however slow their boot."""
+        self.wait(
+            f"RolloutHalted saying {text!r}",
+            lambda: text in (self.condition("RolloutHalted") or {}).get("message", ""),
+            timeout=BROKEN_GATE + BOOT,
+        )
+
     def cycle(self) -> None:
         """Wait until a cycle that starts after now has finished."""
         self.alive()
@@ -394,35 +403,52 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    files: dict[str, str | None] = {"fleet.yaml": fleet_yaml(lab)}
+    for name in PROXIES:
+        files[f"proxies/{name}.yaml"] = proxy_yaml(name, lab["probeUrl"], 1)
+    tmp = tmp_path_factory.mktemp("day2-e2e")
+    with running_rig(lab, tmp, "Three proxies in one zone", files, names=PROXIES) as rig:
+        yield rig
+
+
+@contextlib.contextmanager
+def running_rig(
+    lab: dict[str, Any],
+    tmp: Path,
+    message: str,
+    files: dict[str, str | None],
+    *,
+    names: tuple[str, ...],
+) -> Iterator[Rig]:
+    """A bare repo with ``files`` committed, and the daemon (REPLACE_TIMEOUT) pulling it,
+    once every proxy of ``names`` is healthy; its timings and log tail printed at the end."""
     # A lab session shares its hosts across modules: VMs that earlier ones left (another
     # fleet's) would keep every base of their host (no base is removed on a host where
     # another fleet runs VMs), and the CPU they take slows every boot here.
     for h in lab["hosts"]:
         if left := clear_domains(h["name"]):
             print(f"{h['name']}: removed {', '.join(left)}, left by earlier modules")
-    tmp = tmp_path_factory.mktemp("day2-e2e")
     bare, work = tmp / "fleet.git", tmp / "operator"
     git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
     git(tmp, "clone", "-q", str(bare), str(work))
     git(work, "checkout", "-q", "-b", "main")
     remote = Remote(bare, work)
-    files: dict[str, str | None] = {"fleet.yaml": fleet_yaml(lab)}
-    for name in PROXIES:
-        files[f"proxies/{name}.yaml"] = proxy_yaml(name, lab["probeUrl"], 1)
-    remote.push("Three proxies in one zone", files)
+    remote.push(message, files)
 
     (tmp / "hook-secret").write_bytes(SECRET + b"\n")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     daemon = DaemonProcess(tmp / "proxyfleet.yaml", free_port(), tmp, env)
-    rig = Rig(lab, remote, daemon, tmp / "state")
+    rig = Rig(lab, remote, daemon, tmp / "state", names=names)
     rig.configure(REPLACE_TIMEOUT)
     started = time.monotonic()
     daemon.start()
-    rig.timings["3 proxies healthy"] = rig.wait("three healthy proxies", rig.all_healthy)
-    yield rig
-    for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
-        lab_daemon("start", "probe", h["name"])
-    daemon.stop_now()
+    try:
+        rig.timings[f"{len(names)} proxies healthy"] = rig.wait("healthy proxies", rig.all_healthy)
+        yield rig
+    finally:  # a setup that failed or was interrupted leaves no daemon behind
+        for h in lab["hosts"]:  # scenario e may have left a probe endpoint stopped
+            lab_daemon("start", "probe", h["name"])
+        daemon.stop_now()
     rig.timings["module"] = time.monotonic() - started
     print("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in rig.timings.items()))
     print(f"--- daemon log tail:\n{daemon.log()[-6000:]}")
@@ -594,14 +620,8 @@ def test_b_a_broken_rollout_halts_after_its_first_batch_and_a_revert_recovers(
             {f"proxies/{n}.yaml": proxy_yaml(n, lab["probeUrl"], 2, broken=True) for n in PROXIES},
         )
         assert daemon.hook() == 202
-        rig.wait(  # a halt of an earlier revision (d's, on a slow machine) does not count
-            "RolloutHalted for pfh-a",
-            lambda: (
-                "pfh-a failed its health check"
-                in (rig.condition("RolloutHalted") or {}).get("message", "")
-            ),
-            timeout=BROKEN_GATE + BOOT,
-        )
+        # A halt of an earlier revision (d's, on a slow machine) does not count.
+        rig.halted_saying("pfh-a failed its health check")
         rig.timings["b: commit -> halted"] = time.monotonic() - t0
         halted = vms(lab)
         rig.cycle()  # a cycle of the halted revision plans no further replace
