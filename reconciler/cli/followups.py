@@ -76,9 +76,13 @@ def follow_up(
             report = prepared
             break
         runs += 1
+        counts = {kind: n for kind, n in prepared.plan.summary().items() if n}
+        say(f"follow-up run {runs} plans " + ", ".join(f"{n} {k}" for k, n in counts.items()))
         report = engine.finish(prepared)
         outcomes.extend(report.outcomes)
-    return dataclasses.replace(report, outcomes=tuple(outcomes))
+    # The plan shown and confirmed stays the report's; the outcomes are every run's, the
+    # proxies, hosts and conditions the last run's.
+    return dataclasses.replace(report, plan=first.plan, outcomes=tuple(outcomes))
 
 
 def _stderr(line: str) -> None:

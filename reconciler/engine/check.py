@@ -117,6 +117,7 @@ def _look_once(
     for ip in addresses:
         outcome = prober.probe(ip, health)
         if outcome.healthy:
+            log.debug("Proxy VM %s on %s passed its health check at %s.", domain, host.name, ip)
             return VmHealth(ip=ip, health=Health.HEALTHY, detail=outcome.detail), True
         details.append(f"{ip}: {outcome.detail}")
     log.debug("Proxy VM %s on %s failed its health check: %s", domain, host.name, details)

@@ -331,10 +331,10 @@ def test_a_changed_user_data_replaces_the_vm_and_the_new_one_is_healthy_before_t
     assert applied.first(rf"address of {new} from the host's ARP table: {entry['ip']}")
     assert agent_ip(entry["host"], new) == ""
     # The apply's own record, in time order: the new VM defined and started, found healthy,
-    # then the old one destroyed and undefined.
+    # then (a follow-up run of the same apply) the old one destroyed and undefined.
     defined = applied.first(rf"rpc=virDomainDefineXML host=\S+ domain={new} {OK}")
     started = applied.first(rf"rpc=virDomainCreate host=\S+ domain={new} {OK}")
-    healthy = applied.first(rf"New VM {new} is healthy")
+    healthy = applied.first(rf"Proxy VM {new} on \S+ passed its health check")
     destroyed = applied.first(rf"rpc=virDomainDestroy host={host} domain={old} {OK}")
     undefined = applied.first(rf"rpc=virDomainUndefineFlags host={host} domain={old} .*{OK}")
     assert defined <= started < healthy <= destroyed <= undefined

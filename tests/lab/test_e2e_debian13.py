@@ -270,7 +270,7 @@ def test_a_changed_spec_replaces_the_vm_on_libvirt_11_new_one_first(fleet: Mixed
     assert entry["domain"] == new
     defined = applied.first(rf"rpc=virDomainDefineXML host=\S+ domain={new} {OK}")
     started = applied.first(rf"rpc=virDomainCreate host=\S+ domain={new} {OK}")
-    healthy = applied.first(rf"New VM {new} is healthy")
+    healthy = applied.first(rf"Proxy VM {new} on \S+ passed its health check")
     destroyed = applied.first(rf"rpc=virDomainDestroy host={host} domain={old} {OK}")
     undefined = applied.first(rf"rpc=virDomainUndefineFlags host={host} domain={old} .*{OK}")
     assert defined <= started < healthy <= destroyed <= undefined
