@@ -8,10 +8,11 @@ as runs act and return:
 1. created: the guest holds the address (the test fetches through squid at it) and its NIC
    has the MAC derived from the fleet's and the proxy's names;
 2. an image update (the lab image's zstd copy: a new url and sha256 for the key) recreates
-   it: the first apply deletes the old VM and creates nothing; the next creates the new
-   VM, which answers on the same address with the same MAC. A sampler lists the host's
-   running domains every second from the commit until the new VM serves: no sample holds
-   two VMs of the proxy, and the old one is gone before the new one is defined.
+   it in one apply: its first run deletes the old VM and creates nothing; its follow-up
+   run creates the new VM, which answers on the same address with the same MAC. A sampler
+   lists the host's running domains every second from the commit until the new VM
+   serves: no sample holds two VMs of the proxy, and the old one is gone before the new
+   one is defined.
 
 Two TCG boots in all (~3 min each on a quiet machine); stream B of lab.suite.
 """
@@ -157,14 +158,17 @@ def test_a_fixed_address_proxy_keeps_its_address_and_mac_through_an_image_update
     new_url = rig.lab["imageServer"].rstrip("/") + "/" + copy.path.name
     with Sampler(rig.host, interval=1.0) as sampler:
         rig.commit(f"{IMAGE_KEY}: a new image", url=new_url, sha256=copy.sha256)
-        first = rig.apply()
-        assert first.actions("create") == [] and first.actions("replace") == []
-        assert [(a["proxy"], a["domain"]) for a in first.actions("delete")] == [(PROXY, old)]
-        assert rig.vms() == [], "the old VM is gone before the new one is created"
-        assert not rig.serves()
-        second = rig.apply()
-        assert [a["proxy"] for a in second.actions("create")] == [PROXY]
-        timings["recreate -> serving"] = first.seconds + second.seconds + rig.wait_serving()
+        recreated = rig.apply()
+        # The plan shown (the first run's) deletes the old VM and creates nothing; apply's
+        # follow-up run creates the new one once the old is gone.
+        assert recreated.actions("create") == [] and recreated.actions("replace") == []
+        assert [(a["proxy"], a["domain"]) for a in recreated.actions("delete")] == [(PROXY, old)]
+        done = [(o["action"], o["proxy"]) for o in recreated.result["outcomes"]]
+        assert done == [("delete", PROXY), ("create", PROXY)], done
+        deleted = recreated.first(rf"rpc=virDomainUndefineFlags host=\S+ domain={old} ")
+        defined = recreated.first(r"rpc=virDomainDefineXML host=\S+ domain=")
+        assert deleted < defined, "the old VM is gone before the new one is defined"
+        timings["recreate -> serving"] = recreated.seconds + rig.wait_serving()
     (new,) = rig.vms()
     assert new != old
     assert rig.mac_of(new) == mac
