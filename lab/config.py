@@ -18,9 +18,10 @@ LAB_DIR = Path(__file__).resolve().parent
 INSTANCE = int(os.environ.get("PROXYFLEET_LAB_INSTANCE", "0"))
 """Several labs may run side by side (tests, benchmarks, the demo): instance k numbers
 its hosts k*10+1 .. k*10+10, so names, veths, addresses and routes never collide (host 10
-of instance k is k*10+10, below instance k+1's first host, k*10+11)."""
-if not 0 <= INSTANCE <= 9:
-    raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..9")
+of instance k is k*10+10, below instance k+1's first host, k*10+11). Up to 24: host
+numbers are octets of the lab's addresses (10.77.<g>.2), and 24*10+10 is the last below 256."""
+if not 0 <= INSTANCE <= 24:
+    raise SystemExit("PROXYFLEET_LAB_INSTANCE must be 0..24")
 HOST_BASE = INSTANCE * 10
 _DEFAULT_STATE = LAB_DIR / ("state" if INSTANCE == 0 else f"state-{INSTANCE}")
 STATE = Path(os.environ.get("PROXYFLEET_LAB_STATE", _DEFAULT_STATE)).resolve()

@@ -28,6 +28,25 @@ _RUN_TIMES = ("started", "finished", "durationSeconds")
 Doc = dict[str, Any]
 
 
+def host_state(host: Mapping[str, Any]) -> str:
+    """A host entry's state as operators read it: ``active``, ``cordoned``, or for a
+    draining host how far it is (``draining: 2 VMs left``, ``draining: empty``, which
+    means it can be taken down). A document written before hosts had a state: active."""
+    state = str(host.get("state") or "active")
+    if state != "draining":
+        return state
+    if not host.get("reachable", True):
+        return "draining: unknown (unreachable)"
+    left = host.get("owned") or 0
+    return f"draining: {left} VM{'s' if left != 1 else ''} left" if left else "draining: empty"
+
+
+def _phase(host: Mapping[str, Any]) -> str:
+    """``host_state`` without the count: ``draining: empty`` is news, one VM fewer is not."""
+    state = host_state(host)
+    return "draining" if state.endswith(" left") else state
+
+
 def timestamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -105,6 +124,7 @@ def build(report: RunReport, previous: Mapping[str, Any] | None, *, runs: Sequen
             "zone": h.zone,
             "reachable": h.reachable,
             "error": h.error,
+            "state": h.state.value,
             "owned": h.owned,
             "foreign": h.foreign,
         }
@@ -161,7 +181,7 @@ def meaningful(doc: Mapping[str, Any] | None) -> Doc:
     the last run applied (its effect shows in the proxies), why Reconciling
     is False ("Converged" after a change, "NoChanges" on the next idle run)
     and the per-host VM counts (observed before the apply, so they trail the
-    proxies by one run).
+    proxies by one run), but for whether a draining host is empty now.
     The newest run's result, failures and problems count.
     """
     if not doc:
@@ -169,7 +189,9 @@ def meaningful(doc: Mapping[str, Any] | None) -> Doc:
     view = {k: v for k, v in doc.items() if k not in _VOLATILE}
     view["conditions"] = [_steady_condition(c) for c in doc.get("conditions", [])]
     view["proxies"] = [_without(p, ("since",)) for p in doc.get("proxies", [])]
-    view["hosts"] = [_without(h, ("owned", "foreign")) for h in doc.get("hosts", [])]
+    view["hosts"] = [
+        {**_without(h, ("owned", "foreign")), "phase": _phase(h)} for h in doc.get("hosts", [])
+    ]
     runs = doc.get("runs") or []
     if runs and isinstance(runs[0], dict):
         view["lastRun"] = _without(runs[0], (*_RUN_TIMES, "applied"))
@@ -270,6 +292,10 @@ def _host_changes(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, A
             out.append(f"host {h['name']} reachable")
         else:
             out.append(f"host {h['name']} unreachable: {h.get('error', '')}".rstrip(": "))
+    for h in new:
+        o = before.get(h["name"])
+        if o is not None and h["reachable"] and _phase(o) != _phase(h):
+            out.append(f"host {h['name']} {_phase(h)}")
     names = {h["name"] for h in new}
     out += [f"host {name} removed" for name in before if name not in names]
     return out
