@@ -97,6 +97,10 @@ class Fetcher:
         self._stop.set()
         self._thread.join(timeout=60)
 
+    def alone(self) -> bool:
+        """A sample answered by the new VM while the old one did not."""
+        return any(old != 204 and new == 204 for _, old, new in self.samples)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             new_ip = self.new_ip
@@ -151,7 +155,9 @@ def test_a_drained_host_hands_its_proxy_over_and_is_reported_empty(repo: Repo) -
             return old not in domains(repo.second)
 
         runs = repo.until(moved, "the old VM was never deleted")
-        time.sleep(6)  # a few samples through the new VM alone
+        alone = time.monotonic() + 60
+        while not fetcher.alone() and time.monotonic() < alone:
+            time.sleep(2)
     (replace,) = runs[0].actions("replace")
     assert replace["host"] == repo.first and f"host {repo.second} is draining" in replace["reason"]
     (delete,) = [a for r in runs for a in r.actions("delete")]
@@ -159,6 +165,7 @@ def test_a_drained_host_hands_its_proxy_over_and_is_reported_empty(repo: Repo) -
     assert fetcher.new_ip, "the old VM was deleted before a run found the new one healthy"
     samples = fetcher.samples
     assert samples and all(204 in (o, n) for _, o, n in samples), samples
+    assert fetcher.alone(), samples  # the sampler sees a VM gone, and the new one carries
     print(
         f"drain took {time.time() - started:.0f} s over {len(runs)} applies; "
         f"{len(samples)} samples, every one answered"
