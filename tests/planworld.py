@@ -9,7 +9,7 @@ their input through here, so a case reads like the situation it describes
       policy: {prune: true, maxDeletesPerRun: 5, allowEmpty: false,
                drift: correct, suspend: false}
       hosts:                      # default: [{name: kvm01, zone: a}]
-        - {name: kvm01, zone: a, maxProxies: 2, network: br0}
+        - {name: kvm01, zone: a, maxProxies: 2, network: br0, state: cordoned}
     proxies:
       - {name: web-1, zone: a, host: kvm01, userData: "...", protect: true,
          image: debian, machineType: small, installGuestAgent: true}
@@ -105,6 +105,7 @@ from reconciler.model.fleet import (
     Amount,
     DomainType,
     FixedAddress,
+    HostState,
     Overcommit,
     Rollout,
 )
@@ -225,6 +226,7 @@ def _host(raw: Mapping[str, Any]) -> Host:
         max_proxies=raw.get("maxProxies"),
         domain_type=DomainType(raw.get("domainType", "kvm")),
         tcg_cache_mib=raw.get("tcgCacheMiB", 256),
+        state=HostState(raw.get("state", "active")),
     )
 
 

@@ -247,6 +247,7 @@ DEFAULT_TARGETS: dict[tuple[str, str], Callable[[Repo], object]] = {
     ("fleet", "$defs.host.domainType"): lambda r: r.fleet.hosts[0].domain_type,
     ("fleet", "$defs.host.cpuMode"): lambda r: r.fleet.hosts[0].cpu_mode,
     ("fleet", "$defs.host.tcgCacheMiB"): lambda r: r.fleet.hosts[0].tcg_cache_mib,
+    ("fleet", "$defs.host.state"): lambda r: r.fleet.hosts[0].state,
     ("fleet", "$defs.policy.prune"): lambda r: r.fleet.policy.prune,
     ("fleet", "$defs.policy.maxDeletesPerRun"): lambda r: r.fleet.policy.max_deletes_per_run,
     ("fleet", "$defs.policy.allowEmpty"): lambda r: r.fleet.policy.allow_empty,

@@ -174,10 +174,6 @@ def _assert_resolved(repo: Repo, a: Create | Replace) -> None:
     assert a.vm.protect == proxy.lifecycle.protect
 
 
-def old_name(action: Replace) -> str:
-    return action.replaces.domain
-
-
 def _owner(action: Action) -> Owner | None:
     """The ownership record a relabel (or a blocked one) writes."""
     return action.owner if isinstance(action, Relabel | Blocked) else None
@@ -204,11 +200,13 @@ def _assert_invariants(
         if new_vm or (stopped in (ActionKind.CREATE, ActionKind.REPLACE) and a.host):
             assert a.proxy is not None and a.host is not None and a.digest is not None
             assert a.digest == desired_digest(repo, a.proxy, a.host)
-            if isinstance(a, Replace) and a.heal:  # same spec: a generation of the name
+            plain = domain_name(repo.fleet.name, a.proxy, a.digest)
+            held = stopped is ActionKind.REPLACE and a.domain != plain  # a held heal or drain
+            if (isinstance(a, Replace) and a.heal) or held:  # same spec: a name generation
                 names = {domain_name(repo.fleet.name, a.proxy, a.digest, g) for g in range(1, 9)}
-                assert a.domain in names and a.domain != old_name(a), a
+                assert old is not None and a.domain in names and a.domain != old.domain, a
             else:
-                assert a.domain == domain_name(repo.fleet.name, a.proxy, a.digest)
+                assert a.domain == plain
         if ActionKind.CLEANUP in (a.kind, stopped):
             _assert_safe_cleanup(repo, inventory, result, a)
     for a in result.actions:

@@ -284,7 +284,13 @@ def report_json(report: RunReport) -> dict[str, Any]:
         ],
         "proxies": [statusdoc.proxy_entry(p) for p in report.proxies],
         "hosts": [
-            {"name": h.name, "reachable": h.reachable, "error": h.error or None}
+            {
+                "name": h.name,
+                "reachable": h.reachable,
+                "error": h.error or None,
+                "state": h.state.value,
+                "owned": h.owned,
+            }
             for h in report.hosts
         ],
         "conditions": [

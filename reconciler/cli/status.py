@@ -21,6 +21,7 @@ from typing import Any
 
 from reconciler.cli.common import add_repo_argument, table
 from reconciler.core.status import statusdoc
+from reconciler.core.status.statusdoc import host_state
 
 STATUS_FILE = "status.yaml"
 MAX_STATUS_BYTES = 1024 * 1024
@@ -113,10 +114,11 @@ def render_status(doc: Mapping[str, Any], *, source: str = "") -> str:
         parts.append(table(("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE"), rows))
     hosts = _dicts(doc.get("hosts"))
     if hosts:
-        rows = [
+        host_rows = [
             (
                 _s(h, "name"),
                 _s(h, "zone"),
+                host_state(h),
                 "yes" if h.get("reachable") else "NO",
                 _s(h, "owned"),
                 _s(h, "foreign"),
@@ -124,7 +126,8 @@ def render_status(doc: Mapping[str, Any], *, source: str = "") -> str:
             )
             for h in hosts
         ]
-        parts.append(table(("HOST", "ZONE", "REACHABLE", "OWNED", "FOREIGN", "ERROR"), rows))
+        host_headers = ("HOST", "ZONE", "STATE", "REACHABLE", "OWNED", "FOREIGN", "ERROR")
+        parts.append(table(host_headers, host_rows))
     proxies = _dicts(doc.get("proxies"))
     columns = ("name", "host", "domain", "state", "ip", "health", "since")
     rows = [(*(_s(p, k) or "-" for k in columns), _s(p, "detail")) for p in proxies]

@@ -25,7 +25,7 @@ from typing import Protocol
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.plan.capacity import unsized_bases
 from reconciler.errors import HostError
-from reconciler.model import Fleet, HostInventory, Image, Inventory, Repo
+from reconciler.model import Fleet, HostInventory, HostState, Image, Inventory, Repo
 from reconciler.model.inventory import BaseSize
 from reconciler.model.report import HostStatus
 from reconciler.model.vm import base_volume_name
@@ -156,4 +156,5 @@ def _status(fleet: Fleet, inventory: HostInventory) -> HostStatus:
         zone=host.zone if host is not None else "",
         owned=owned,
         foreign=len(inventory.domains) - owned,
+        state=host.state if host is not None else HostState.ACTIVE,
     )

@@ -40,6 +40,16 @@ class DomainType(StrEnum):
     QEMU = "qemu"
 
 
+class HostState(StrEnum):
+    """What placement may do with a host (``spec.hosts[].state``), as ``kubectl cordon`` and
+    ``drain`` do with a node: ``active`` takes new VMs; ``cordoned`` takes none and keeps
+    what it runs; ``draining`` takes none and its VMs are replaced elsewhere."""
+
+    ACTIVE = "active"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
 class DriftMode(StrEnum):
     CORRECT = "correct"
     DETECT = "detect"
@@ -89,7 +99,13 @@ class Host:
     tcg_cache_mib: int = 256
     """QEMU's TCG translation cache per VM under ``domain_type`` QEMU (MiB)."""
     max_proxies: int | None = None
+    state: HostState = HostState.ACTIVE
     location: Location = field(default=Location(""), compare=False)
+
+    @property
+    def schedulable(self) -> bool:
+        """Placement may put a new VM here: the host is neither cordoned nor draining."""
+        return self.state is HostState.ACTIVE
 
     @property
     def tcg_cache(self) -> int | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from reconciler.model.fleet import HostState
 from reconciler.model.plan import Action, Halt, Plan
 
 
@@ -80,7 +81,10 @@ class HostStatus:
     error: str = ""
     zone: str = ""
     owned: int = 0
+    """This fleet's VMs on the host as observed: on a draining host, those left to move."""
     foreign: int = 0
+    state: HostState = HostState.ACTIVE
+    """``spec.hosts[].state``: a cordoned or draining host takes no new VM."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from reconciler.buildinfo import build
+from reconciler.model.fleet import HostState
 from reconciler.model.plan import ActionKind
 from reconciler.model.report import DnsOutcome, DnsResult, Health, RunReport, RunResult
 
@@ -94,6 +95,19 @@ class Metrics:
         )
         self.host_up = Gauge(
             "proxyfleet_host_up", "1 when the host could be read.", ["host", "zone"], registry=r
+        )
+        self.host_state = Gauge(
+            "proxyfleet_host_state",
+            "Each host's spec.hosts[].state: 1 for its current state (active, cordoned, "
+            "draining), 0 for the others.",
+            ["host", "state"],
+            registry=r,
+        )
+        self.host_vms = Gauge(
+            "proxyfleet_host_owned_vms",
+            "This fleet's VMs on each host as last observed (on a draining host: those left).",
+            ["host"],
+            registry=r,
         )
         self.proxies = Gauge(
             "proxyfleet_proxies", "Proxies by zone and VM state.", ["zone", "state"], registry=r
@@ -213,6 +227,8 @@ class Metrics:
                 return
             for gauge in (
                 self.host_up,
+                self.host_state,
+                self.host_vms,
                 self.proxy_health,
                 self.proxies,
                 self.blocked,
@@ -268,8 +284,14 @@ class Metrics:
         if report.result == RunResult.STALLED or report.plan is None:
             return  # nothing was observed: keep the last picture of hosts and proxies
         self.host_up.clear()
+        self.host_state.clear()
+        self.host_vms.clear()
         for host in report.hosts:
             self.host_up.labels(host.name, host.zone).set(1 if host.reachable else 0)
+            for each in HostState:
+                self.host_state.labels(host.name, each.value).set(int(host.state is each))
+            if host.reachable:
+                self.host_vms.labels(host.name).set(host.owned)
         counts: dict[tuple[str, str], int] = {}
         self.proxy_health.clear()
         for proxy in report.proxies:

@@ -35,6 +35,7 @@ from reconciler.model.fleet import (
     HealthCheck,
     Host,
     HostNetwork,
+    HostState,
     Image,
     ImageFormat,
     Lifecycle,
@@ -313,6 +314,8 @@ def _host(value: dict[str, Any], entry: HostEntry, document: Document) -> Host:
     }
     if "domainType" in value:
         options["domain_type"] = DomainType(value["domainType"])
+    if "state" in value:
+        options["state"] = HostState(value["state"])
     mark = document.value_mark(entry.path)
     return Host(
         name=entry.name,

@@ -1,9 +1,10 @@
 """Placement: which hosts a new VM of a proxy may go to, and which one it goes to.
 
-The candidates are its pin or its zone's hosts; a host counts when it is
-reachable, under ``maxProxies`` and has room for the machine type
-(``capacity.Room``); the VM being replaced keeps its host when that host
-qualifies, else the least loaded one wins, by name on ties.
+The candidates are its pin or its zone's hosts; a host counts when it takes
+new VMs (not cordoned or draining: ``drain``), is reachable, under
+``maxProxies`` and has room for the machine type (``capacity.Room``); the VM
+being replaced keeps its host when that host qualifies, else the least loaded
+one wins, by name on ties.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 
 from reconciler.core.plan.capacity import Room
+from reconciler.core.plan.drain import closed
 from reconciler.core.plan.vms import Made
 from reconciler.model import Host, Proxy
 
@@ -55,7 +57,26 @@ class Placement:
             if pin is not None:
                 return None, f"pinned host {pin} is not in fleet.yaml"
             return None, f"zone {zone} has no hosts in fleet.yaml"
-        counted = [h for h in candidates if h in self.reachable and self._has_room(h)]
+        shut = closed(candidates, self.hosts)
+        if pin is not None and shut:
+            return None, f"pinned host {shut}: it takes no new VM"
+        if not any(self.hosts[h].schedulable for h in candidates):
+            return None, f"zone {zone} has no host that takes new VMs: {shut}"
+        placed, why = self._place(proxy, made, candidates, prefer=prefer)
+        if placed is None and shut:
+            return None, f"{why}; {shut}"
+        return placed, why
+
+    def _place(
+        self, proxy: Proxy, made: Made, candidates: list[str], *, prefer: str | None
+    ) -> tuple[str | None, str]:
+        """``place`` among ``candidates``, of which at least one takes new VMs."""
+        zone, pin = proxy.placement.zone, proxy.placement.host
+        counted = [
+            h
+            for h in candidates
+            if self.hosts[h].schedulable and h in self.reachable and self._has_room(h)
+        ]
         short = {
             h: self.room.shortfall(self.hosts[h], made.machine_type, made.image) for h in counted
         }

@@ -10,6 +10,7 @@ this package:
   volumes, other fleets; VMs on hosts gone from fleet.yaml are abandoned);
 - ``keep`` (with ``healing``): the kept VM kept, started, resumed or healed;
 - ``placement`` (with ``capacity``) and ``names``: where a new VM goes, its name;
+- ``drain``: cordoned and draining hosts take no new VM; a draining one's VMs are stale;
 - ``rollout``: every replace paced into batches per zone, or held while halted;
   ``recreate``: a fixed-address proxy's replace, destroy-then-create, paced likewise;
 - ``gates``: VMs without a manifest, an empty desired set, maxDeletesPerRun;
@@ -39,6 +40,7 @@ from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
 from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.drain import draining, leaving
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
 from reconciler.core.plan.handover import Handover, handover, preference
 from reconciler.core.plan.healing import Cure, judge, suspect_zones
@@ -96,6 +98,7 @@ class _Planner:
         self.fleet = repo.fleet
         self.policy = repo.fleet.policy
         self.hosts: dict[str, Host] = {h.name: h for h in self.fleet.hosts}
+        self.draining = draining(self.hosts)
         self.zones: dict[str, list[str]] = defaultdict(list)
         for host in sorted(self.hosts.values(), key=lambda h: h.name):
             self.zones[host.zone].append(host.name)
@@ -208,13 +211,14 @@ class _Planner:
         return self.made[keys]
 
     def _split(self, proxy: Proxy, made: Made) -> tuple[list[OwnedVm], list[OwnedVm]]:
-        """The proxy's VMs with its current digest on their host, and the stale ones."""
+        """The proxy's VMs current on their host (not a draining one), and the stale ones."""
         found = self.split.get(proxy.name)
         if found is None:
             current: list[OwnedVm] = []
             stale: list[OwnedVm] = []
             for vm in self.owned.get(proxy.name, ()):
                 same = vm.digest == self._digest(proxy, made, vm.host)
+                same = same and vm.host not in self.draining
                 (current if same else stale).append(vm)
             found = self.split[proxy.name] = (current, stale)
         return found
@@ -289,7 +293,9 @@ class _Planner:
     def _replace(self, proxy: Proxy, made: Made, stale: list[OwnedVm]) -> list[Action]:
         """No VM has the current digest: one new VM first; the old ones go once it runs."""
         old, *others = sorted(stale, key=self._preference)
-        new = self._new_vm(proxy, made, prefer=old.host, replaces=old)
+        unchanged = old.digest == self._digest(proxy, made, old.host)
+        drain = leaving(old.host, self.draining) if unchanged else ""
+        new = self._new_vm(proxy, made, prefer=old.host, replaces=old, heal=drain)
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
         return [new, *(block(vm.action(Delete, ""), why) for vm in others)]

@@ -28,6 +28,25 @@ _RUN_TIMES = ("started", "finished", "durationSeconds")
 Doc = dict[str, Any]
 
 
+def host_state(host: Mapping[str, Any]) -> str:
+    """A host entry's state as operators read it: ``active``, ``cordoned``, or for a
+    draining host how far it is (``draining: 2 VMs left``, ``draining: empty``, which
+    means it can be taken down). A document written before hosts had a state: active."""
+    state = str(host.get("state") or "active")
+    if state != "draining":
+        return state
+    if not host.get("reachable", True):
+        return "draining: unknown (unreachable)"
+    left = host.get("owned") or 0
+    return f"draining: {left} VM{'s' if left != 1 else ''} left" if left else "draining: empty"
+
+
+def _phase(host: Mapping[str, Any]) -> str:
+    """``host_state`` without the count: ``draining: empty`` is news, one VM fewer is not."""
+    state = host_state(host)
+    return "draining" if state.endswith(" left") else state
+
+
 def timestamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -77,6 +96,7 @@ def host_entry(h: HostStatus) -> Doc:
         "zone": h.zone,
         "reachable": h.reachable,
         "error": h.error,
+        "state": h.state.value,
         "owned": h.owned,
         "foreign": h.foreign,
     }
@@ -273,6 +293,10 @@ def _host_changes(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, A
             out.append(f"host {h['name']} reachable")
         else:
             out.append(f"host {h['name']} unreachable: {h.get('error', '')}".rstrip(": "))
+    for h in new:
+        o = before.get(h["name"])
+        if o is not None and h["reachable"] and _phase(o) != _phase(h):
+            out.append(f"host {h['name']} {_phase(h)}")
     names = {h["name"] for h in new}
     out += [f"host {name} removed" for name in before if name not in names]
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reconciler.core.status.statusdoc import host_state
+
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
     out = ["# proxyfleet status", ""]
@@ -42,11 +44,12 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     )
     out += _section(
         "Hosts",
-        ("Host", "Zone", "Reachable", "Owned VMs", "Foreign VMs", "Error"),
+        ("Host", "Zone", "State", "Reachable", "Owned VMs", "Foreign VMs", "Error"),
         [
             (
                 h["name"],
                 h["zone"],
+                host_state(h),
                 "yes" if h["reachable"] else "**no**",
                 h["owned"],
                 h["foreign"],
