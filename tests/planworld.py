@@ -35,7 +35,7 @@ their input through here, so a case reads like the situation it describes
     baseSizes: {debian: 0.3}      # GiB each base of fleet.yaml's image takes (unlisted: unknown)
     history:                      # what earlier runs saw (day-2 rules), all optional
       vms:                        # by domain name on any host, or by proxy (its VM)
-        web-1: {failingFor: 1000, healthyOnce: true, restarts: 2}
+        web-1: {failingFor: 1000, healthyOnce: true, restarts: 2, suspectAgo: 30}
       halts:                      # of revision r1, the one planned
         - {proxy: web-2, domain: pf-home-web-2-12345678, reason: "not healthy"}
     replaceTimeout: 600           # the box's deadline for a new VM (default: none)
@@ -193,10 +193,12 @@ def build_history(inventory: Inventory, raw: Mapping[str, Any] | None) -> Histor
     records = []
     for key, entry in (raw.get("vms") or {}).items():
         failing = entry.get("failingFor")
+        suspect = entry.get("suspectAgo")
         record = VmRecord(
             failing_since=NOW - timedelta(seconds=failing) if failing is not None else None,
             healthy_once=entry.get("healthyOnce", True),
             restarts=(NOW - timedelta(seconds=60),) * entry.get("restarts", 0),
+            suspect_at=NOW - timedelta(seconds=suspect) if suspect is not None else None,
         )
         for host in inventory.hosts:
             for d in host.domains:

@@ -128,3 +128,34 @@ def test_a_restart_ends_healthy_since_and_a_check_of_unknown_health_keeps_it() -
 def test_healthy_since_is_kept_in_the_history_file() -> None:
     history = checked(Health.HEALTHY, History(), at=NOW)
     assert decode(encode(history)).record(REF.host, REF.domain).healthy_since == NOW
+
+
+def test_a_failing_check_in_a_suspect_zone_marks_the_vm_and_a_pass_clears_it() -> None:
+    proxy = ProxyStatus(
+        "web-1", REF.host, REF.domain, state="running", health=Health.UNHEALTHY, zone="a"
+    )
+    running = world(DomainState.RUNNING)
+
+    def run(kept: History, at: datetime, suspect: tuple[str, ...], health: Health) -> History:
+        checked = dataclasses.replace(proxy, health=health)
+        return after_run(
+            kept,
+            inventory=running,
+            halts=(),
+            outcomes=(),
+            proxies=(checked,),
+            now=at,
+            suspect_zones=suspect,
+        )
+
+    healthy = run(History(), NOW, (), Health.HEALTHY)
+    held = run(healthy, NOW.replace(hour=13), ("a",), Health.UNHEALTHY)
+    later = run(held, NOW.replace(hour=14), (), Health.UNHEALTHY)
+    record = later.record(REF.host, REF.domain)
+    assert record.suspect_at == NOW.replace(hour=13)
+    assert record.failing_since == NOW.replace(hour=13)
+    assert decode(encode(later)).record(REF.host, REF.domain).suspect_at == NOW.replace(hour=13)
+    elsewhere = run(healthy, NOW.replace(hour=13), ("b",), Health.UNHEALTHY)
+    assert elsewhere.record(REF.host, REF.domain).suspect_at is None
+    passed = run(later, NOW.replace(hour=15), (), Health.HEALTHY)
+    assert passed.record(REF.host, REF.domain).suspect_at is None

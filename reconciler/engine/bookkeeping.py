@@ -13,6 +13,8 @@ rollout); ``after_run`` folds the run's plan, outcomes and health checks into it
   health is unknown (host unreachable, not checked) changes nothing, except a
   new VM that runs without an address yet: it has not passed, and its failing
   time starts (the planner's deadline needs one check of this box);
+- a failing proxy of a zone whose probe path the plan found suspect records that run
+  (``suspect_at``): its replace clock restarts from the last such run;
 - the halts are the plan's: every replace whose new VM passed no health check by its
   deadline, the earlier ones of the revision included (the planner found them);
 - records of VMs that no longer exist on a host that answered are dropped;
@@ -22,7 +24,7 @@ rollout); ``after_run`` folds the run's plan, outcomes and health checks into it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from reconciler.model.history import Halt, History, VmRecord
@@ -46,6 +48,7 @@ def after_run(
     outcomes: Sequence[ActionOutcome],
     proxies: Sequence[ProxyStatus],
     now: datetime,
+    suspect_zones: Collection[str] = (),
 ) -> History:
     records: dict[DomainRef, VmRecord] = dict(kept.vms)
     paused = {
@@ -80,12 +83,14 @@ def after_run(
         if proxy.health is Health.HEALTHY:
             since = record.healthy_since or now
             record = dataclasses.replace(
-                record, failing_since=None, healthy_once=True, healthy_since=since
+                record, failing_since=None, healthy_once=True, healthy_since=since, suspect_at=None
             )
         elif proxy.state == "running" and record.failing_since is None:
             record = dataclasses.replace(record, failing_since=now, healthy_since=None)
         else:
             record = dataclasses.replace(record, healthy_since=None)
+        if proxy.health is Health.UNHEALTHY and proxy.zone in suspect_zones:
+            record = dataclasses.replace(record, suspect_at=now)
         records[ref] = record
     live = {DomainRef(p.host, p.domain) for p in proxies if p.host and p.domain}
     records = _alive(records, inventory, live)

@@ -264,6 +264,7 @@ class Engine:
             outcomes=outcomes,
             proxies=vms,
             now=now,
+            suspect_zones=prepared.plan.suspect_zones,
         )
         new = [h for h in halts if h not in prepared.history.halts]
         if new:

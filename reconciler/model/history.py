@@ -31,6 +31,11 @@ class VmRecord:
     healthy_since: datetime | None = None
     """When its probe started passing without a break (None: not passing now, or not
     checked since it was made or started): "healthy since" in get, info and STATUS.md."""
+    suspect_at: datetime | None = None
+    """The last run that found it failing while its zone's probe path was suspect (None:
+    none since it last passed). Its replaceAfterSeconds count from then: a proxy that still
+    fails once the probe path is back is given that long, not replaced on the spot for a
+    failure the probe path may have caused."""
 
     def restarts_since(self, since: datetime) -> int:
         return sum(1 for when in self.restarts if when >= since)

@@ -99,6 +99,7 @@ def encode(history: History) -> dict[str, Any]:
             "healthyOnce": record.healthy_once,
             "restarts": [_time(t) for t in record.restarts],
             "healthySince": _time(record.healthy_since),
+            "suspectAt": _time(record.suspect_at),
         }
         for ref, record in history.vms
     ]
@@ -122,6 +123,7 @@ def decode(document: Any) -> History:
     for entry in document.get("vms") or []:
         failing = entry.get("failingSince")
         healthy = entry.get("healthySince")
+        suspect = entry.get("suspectAt")
         vms.append(
             (
                 DomainRef(str(entry["host"]), str(entry["domain"])),
@@ -130,6 +132,7 @@ def decode(document: Any) -> History:
                     healthy_once=bool(entry.get("healthyOnce", False)),
                     restarts=tuple(datetime.fromisoformat(t) for t in entry.get("restarts", [])),
                     healthy_since=datetime.fromisoformat(healthy) if healthy else None,
+                    suspect_at=datetime.fromisoformat(suspect) if suspect else None,
                 ),
             )
         )

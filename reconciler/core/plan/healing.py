@@ -79,6 +79,16 @@ def judge(
         return Verdict(Cure.KEEP, f"{what}; drift: detect only reports it")
     if suspect:
         return Verdict(Cure.HOLD, f"{what}, but {suspect}")
+    held = history.record(host, domain.name).suspect_at
+    if held is not None and history.now is not None:
+        left = after - (history.now - held).total_seconds()
+        if left > 0:
+            stamp = held.strftime("%Y-%m-%dT%H:%M:%SZ")
+            return Verdict(
+                Cure.HOLD,
+                f"{what}, but its zone's probe path was suspect until {stamp}: "
+                f"replaced if it still fails {after:.0f} s after that",
+            )
     return Verdict(Cure.REPLACE, f"{what}; replaced")
 
 
