@@ -637,7 +637,8 @@ def test_commits_drive_create_replace_and_delete_and_a_killed_create_converges(r
     )
     # What an operator would look at before the daemon acts: the plan, text and JSON.
     plans = [live_plan(rig, "--json"), live_plan(rig)]
-    new = [a for a in json.loads(plans[0])["actions"] if a["action"] in ("create", "replace")]
+    shown, _ = json.JSONDecoder().raw_decode(plans[0])  # stdout's JSON, then the -v log
+    new = [a for a in shown["actions"] if a["action"] in ("create", "replace")]
     assert new and all(a["secrets"] == {"squid-tag": "(sensitive)"} for a in new), new
     assert "secrets: squid-tag (sensitive)" in plans[1], plans[1]
     daemon.start()
