@@ -31,7 +31,7 @@ from reconciler.core.status import statusdoc
 from reconciler.model import Inventory
 from reconciler.model.history import History
 from reconciler.model.plan import ActionKind
-from reconciler.model.report import ActionResult, RunReport
+from reconciler.model.report import ActionResult, ProxyState, RunReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +272,7 @@ def _in_run(report: RunReport, name: str) -> dict[str, Any]:
         "finished": statusdoc.timestamp(report.finished),
         "revision": report.revision,
         "result": report.result.value,
-        "state": proxy.state if proxy else "absent",
+        "state": proxy.state.value if proxy else ProxyState.ABSENT.value,
         "health": proxy.health.value if proxy else "",
         "domain": proxy.domain if proxy else "",
         "detail": proxy.detail if proxy else "",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconciler.core.plan.vms import OwnedVm, block
+from reconciler.core.plan.vms import OwnedVm
 from reconciler.model.fleet import Policy
 from reconciler.model.limits import Limits
-from reconciler.model.plan import Action, Delete
+from reconciler.model.plan import Action, Delete, block
 
 PROTECTED = "protected (lifecycle.protect)"
 PRUNE_OFF = "its manifest is gone but prune is off"

@@ -48,7 +48,7 @@ from reconciler.core.plan.observed import observe
 from reconciler.core.plan.placement import Placement
 from reconciler.core.plan.relabel import record_protect
 from reconciler.core.plan.rollout import pace
-from reconciler.core.plan.vms import Made, OwnedVm, block
+from reconciler.core.plan.vms import Made, OwnedVm
 from reconciler.model import ActionKind, DomainState, Host, Inventory, Plan, Proxy, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
@@ -62,6 +62,7 @@ from reconciler.model.plan import (
     Keeper,
     NewVm,
     Replace,
+    block,
 )
 
 CREATE, START = ActionKind.CREATE, ActionKind.START
