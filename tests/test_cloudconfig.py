@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load import cloudconfig
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.yamlload import ValueBudget
 from reconciler.errors import InvalidInput
 
@@ -52,7 +52,7 @@ def problems(tmp_path: Path, user_data: str) -> list[str]:
     (tmp_path / "secrets").mkdir(exist_ok=True)
     (tmp_path / "secrets" / "pw.age").write_bytes(b"age file stand-in; never decrypted here")
     try:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
     except InvalidInput as exc:
         return [str(p) for p in exc.problems]
     return []
@@ -139,7 +139,7 @@ def test_a_one_line_user_data_is_reported_at_its_value(tmp_path: Path) -> None:
         HEAD.replace("userData: |\n", 'userData: "#cloud-config\\npackges: [squid]\\n"\n')
     )
     with pytest.raises(InvalidInput) as exc:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
     (problem,) = exc.value.problems
     assert (problem.line, problem.column) == (FIRST - 1, 15)
     assert "unknown key 'packges' (did you mean 'packages'?)" in problem.message
@@ -155,7 +155,7 @@ def test_the_shipped_schema_is_cloud_init_22_4_2s_unchanged() -> None:
 
 
 def test_the_example_repo_and_the_labs_squid_user_data_pass(tmp_path: Path) -> None:
-    load_repo(ROOT / "examples" / "fleet-repo")
+    load_repo_at(ROOT / "examples" / "fleet-repo")
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "lab"))

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.cli import exitcodes
 from reconciler.cli.applylock import ApplyLock, LockRefused, add_lock_timeout_argument
 from reconciler.cli.common import (
@@ -52,7 +53,6 @@ from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.plan import plan_json, render_plan
 from reconciler.cli.progress import progress_bars, show_progress_lines
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.status import statusdoc
@@ -362,7 +362,7 @@ def _loaded(root: Path, limits: ReadLimits, secrets: SecretAccess) -> Repo | Non
     when it does not load (``Engine.prepare`` loads it again and reports every problem, and
     a repo that does not load is never acted on, so it needs no lock)."""
     try:
-        return load_repo(root, limits=limits, secrets=secrets)
+        return load_repo_at(root, limits=limits, secrets=secrets)
     except InvalidInput:
         return None
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.imageurls import check_url
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
@@ -116,7 +116,7 @@ class Engine:
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
         InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
-        return load_repo(root, limits=self.read_limits, secrets=self.secrets)
+        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets)
 
     def reconcile_once(
         self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None

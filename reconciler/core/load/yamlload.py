@@ -128,6 +128,14 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
+class _Yaml(YAML):
+    """ruamel's reader without its plug-in search, which lists ruamel's own folder on disk
+    each time a reader is made: a load does no I/O (reconciler.core.load.repofiles)."""
+
+    def official_plug_ins(self) -> list[str]:
+        return []
+
+
 def load_documents(
     text: str,
     file: str,
@@ -150,7 +158,7 @@ def load_documents(
     With a ``budget``, every value composed is charged to it; past its limit
     ``OverBudget`` is raised (the caller says which text crossed it).
     """
-    yaml = YAML(typ="rt", pure=True)
+    yaml = _Yaml(typ="rt", pure=True)
     yaml.max_depth = max_depth
     if budget is not None:
         yaml.Composer = _counting(budget)
