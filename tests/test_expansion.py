@@ -10,6 +10,7 @@ import pytest
 from reconciler.adapters.repo.diskfiles import DiskRepoFiles, load_repo_at
 from reconciler.core.load import cloudconfig, proxyset, repofiles
 from reconciler.core.load.expansion import ExpandLimits
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.yamlload import ValueBudget
 from reconciler.errors import InvalidInput, Problem
 from tests.test_manifests import write_repo
@@ -98,7 +99,6 @@ def test_distinct_cloud_configs_past_the_limit_stop_the_check_with_one_problem(
         return real(text, budget)
 
     monkeypatch.setattr(cloudconfig, "_check_text", counting)
-    monkeypatch.setattr(cloudconfig, "_CACHE", {})
     user_data = (
         "  cloudInit:\n    userData: |\n      #cloud-config\n      hostname: ${proxy.name}\n"
     )
@@ -179,7 +179,8 @@ def test_checking_against_the_modules_naming_its_keys_finds_what_the_whole_schem
 
 def test_a_cached_cloud_config_charges_the_budget_as_the_first_check_did() -> None:
     text = "#cloud-config\nhostname: a-cached-text\npackages: [squid, curl]\n"
-    first, second = ValueBudget(1000), ValueBudget(1000)
+    first, second, memo = ValueBudget(1000), ValueBudget(1000), LoadMemo()
 
-    assert cloudconfig.findings(text, first) == cloudconfig.findings(text, second) == ()
+    found = cloudconfig.findings(text, first, memo=memo)
+    assert found == cloudconfig.findings(text, second, memo=memo) == ()
     assert first.used == second.used > 0

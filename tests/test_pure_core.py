@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from reconciler.core.load import secretrefs
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.memoryfiles import MemoryRepoFiles
 from reconciler.core.load.repofiles import FileKind
@@ -117,3 +119,22 @@ def test_a_repo_in_memory_refuses_links_and_special_files_as_the_disk_does() -> 
     )
     assert any("pipe.yaml:0:0: is a FIFO (named pipe)" in p for p in found)
     assert any("secrets/ is a symbolic link" in p for p in found)
+
+
+def test_a_memo_passed_in_keeps_each_fingerprint_and_a_load_without_one_keeps_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    computed: list[str] = []
+    real = secretrefs.fingerprint
+
+    def counted(name: str, value: str) -> str:
+        computed.append(name)
+        return real(name, value)
+
+    monkeypatch.setattr(secretrefs, "fingerprint", counted)
+    access, memo = SecretAccess(decryptor=Plaintext()), LoadMemo()
+    first = load_repo(MemoryRepoFiles(FILES), secrets=access, memo=memo)
+    again = load_repo(MemoryRepoFiles(FILES), secrets=access, memo=memo)
+    assert first == again and computed == ["squid-password"]
+    assert load_repo(MemoryRepoFiles(FILES), secrets=access) == first
+    assert computed == ["squid-password"] * 2

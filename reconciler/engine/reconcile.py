@@ -29,6 +29,7 @@ from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.imageurls import check_url
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
@@ -110,13 +111,15 @@ class Engine:
             self.runtime.clock,
             cap=self.guards.max_deletes,
         )
+        self.memo = LoadMemo()
+        """What this engine's loads of its repo share (cloud-config findings, fingerprints)."""
         self.last_inventory: Inventory | None = None
         """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
         InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
-        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets)
+        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets, memo=self.memo)
 
     def reconcile_once(
         self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None

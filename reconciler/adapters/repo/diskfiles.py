@@ -26,6 +26,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from reconciler.core.load.expansion import ExpandLimits
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.manifests import DEFAULT_EXPAND, DEFAULT_LIMITS, load_repo
 from reconciler.core.load.repofiles import (
     LINK,
@@ -48,12 +49,13 @@ def load_repo_at(
     limits: ReadLimits = DEFAULT_LIMITS,
     secrets: SecretAccess = CHECK_ONLY,
     expand: ExpandLimits = DEFAULT_EXPAND,
+    memo: LoadMemo | None = None,
 ) -> Repo:
     """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem (see
     ``load_repo``); files are read as this module says, within ``limits``."""
     if not root.is_dir():
         raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
-    return load_repo(DiskRepoFiles(root, limits), secrets=secrets, expand=expand)
+    return load_repo(DiskRepoFiles(root, limits), secrets=secrets, expand=expand, memo=memo)
 
 
 def manifest_files(root: Path) -> list[str]:

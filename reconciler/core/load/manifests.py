@@ -47,6 +47,7 @@ from reconciler.core.load import (
     userdatafile,
 )
 from reconciler.core.load.expansion import Budget, ExpandLimits
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet, read_proxy
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, FileKind, ReadLimits, RepoFiles
 from reconciler.core.load.schemacheck import MISSING, SCHEMA_FILES, check, did_you_mean
@@ -85,13 +86,15 @@ def load_repo(
     *,
     secrets: SecretAccess = CHECK_ONLY,
     expand: ExpandLimits = DEFAULT_EXPAND,
+    memo: LoadMemo | None = None,
 ) -> Repo:
     """The valid fleet repo of ``files``, or ``InvalidInput`` with every problem.
 
     ``files`` hands out regular files only, within its read limits; what they
     expand to is bounded by ``expand``. ``secrets`` says how far secret
     references are followed: by default their files must exist; with a decryptor
-    they are decrypted into the proxies.
+    they are decrypted into the proxies. ``memo`` keeps what earlier loads of
+    the same repo computed (reconciler.core.load.loadmemo); none: a fresh one.
     """
     if files.kind(FLEET_FILE) is FileKind.MISSING:
         raise InvalidInput([Problem(FLEET_FILE, 0, 0, "", _missing_fleet(files))])
@@ -128,7 +131,8 @@ def load_repo(
         if budget.proxies_refused:
             break  # one problem says so; the documents after it are not built
     user_data_files = UserDataFiles(files)
-    resolver = SecretResolver(files, secrets)
+    memo = memo if memo is not None else LoadMemo()
+    resolver = SecretResolver(files, secrets, memo)
     resolved: dict[int, tuple[SecretValue, ...]] = {}
     for index, reading in enumerate(proxies):
         proxy, found_here = userdatafile.resolve(
@@ -141,10 +145,12 @@ def load_repo(
             break
         proxies[index] = proxy
         problems.extend(found_here)
-        problems.extend(cloudconfig.check(proxy, lines, budget=budget))
+        problems.extend(cloudconfig.check(proxy, lines, budget=budget, memo=memo))
         if proxy.vendor_data is not None:
             vendor = userdata.vendor_source(proxy, fleet.document if fleet else None)
-            problems.extend(cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget))
+            problems.extend(
+                cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget, memo=memo)
+            )
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))

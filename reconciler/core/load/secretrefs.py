@@ -28,10 +28,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Protocol
 
 from reconciler.core.load import userdata
+from reconciler.core.load.loadmemo import LoadMemo, text_key
 from reconciler.core.load.reading import ProxyReading
 from reconciler.core.load.repofiles import FileKind, RepoFiles
 from reconciler.errors import DecryptError, Problem
@@ -68,7 +68,6 @@ class SecretAccess:
 CHECK_ONLY = SecretAccess()
 
 
-@lru_cache(maxsize=256)
 def fingerprint(name: str, value: str) -> str:
     """The keyed, slow hash of a secret's value that the spec digest covers."""
     salt = b"proxyfleet/secret/v1\0" + name.encode("utf-8")
@@ -79,8 +78,9 @@ def fingerprint(name: str, value: str) -> str:
 class SecretResolver:
     """Checks and resolves the references of one load; reads each secret file once."""
 
-    def __init__(self, reader: RepoFiles, access: SecretAccess) -> None:
+    def __init__(self, reader: RepoFiles, access: SecretAccess, memo: LoadMemo) -> None:
         self._reader = reader
+        self._memo = memo
         self._access = access
         self._seen: dict[str, SecretValue | str | None] = {}
 
@@ -141,7 +141,10 @@ class SecretResolver:
         except UnicodeDecodeError:
             return f"{where} does not decrypt to UTF-8 text"
         value = value.removesuffix("\n").removesuffix("\r")
-        return SecretValue(name, value, fingerprint(name, value))
+        print_ = self._memo.fingerprints.get(
+            text_key(name, value), lambda: fingerprint(name, value)
+        )
+        return SecretValue(name, value, print_)
 
 
 def _folder_problem(files: RepoFiles) -> str:

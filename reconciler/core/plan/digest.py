@@ -38,7 +38,6 @@ lightly, and tests/test_digest.py pins a known value.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from typing import Final
@@ -86,14 +85,6 @@ def _spec(
     )
 
 
-DIGESTS_KEPT: Final = 16384
-"""Digests remembered across plans, by the values they cover (secrets by name and
-fingerprint only: no secret's value is kept). A daemon plans the same proxies every
-cycle; looking a digest up (hashing its inputs, about 3 us) costs a fifth of computing it
-(the canonical JSON and its sha256, about 15 us): 0.02-0.03 s of a plan of 2,000."""
-
-
-@functools.lru_cache(maxsize=DIGESTS_KEPT)
 def _digest(
     image: Image,
     machine_type: MachineType,
