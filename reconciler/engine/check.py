@@ -24,9 +24,9 @@ from functools import partial
 from typing import Protocol
 
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.status.targets import Target
+from reconciler.core.status.targets import targets as find_targets
 from reconciler.engine.runtime import Runtime
-from reconciler.engine.targets import Target
-from reconciler.engine.targets import targets as find_targets
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.logfields import carry
 from reconciler.model import Inventory, Plan, Repo, fleet

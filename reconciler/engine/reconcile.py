@@ -32,6 +32,7 @@ from reconciler.adapters.state.historystore import HistoryStore, MemoryHistorySt
 from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
+from reconciler.core.plan.digest import Digests
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.engine.bookkeeping import after_run, for_plan
@@ -113,6 +114,8 @@ class Engine:
         )
         self.memo = LoadMemo()
         """What this engine's loads of its repo share (cloud-config findings, fingerprints)."""
+        self.digests = Digests()
+        """Digests its plans share: the same proxies are planned every cycle."""
         self.last_inventory: Inventory | None = None
         """What the last run observed (``proxyfleet info`` reads VM provenance from it)."""
 
@@ -204,7 +207,11 @@ class Engine:
             replace_timeout=self.settings.replace_timeout, deletes_left=left, deletes_why=why
         )
         plan = make_plan(
-            repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
+            repo,
+            observation.inventory,
+            for_plan(kept, now=now, revision=revision),
+            limits,
+            memo=self.digests,
         )
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)

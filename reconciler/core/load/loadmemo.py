@@ -15,41 +15,21 @@ and value, so the memo holds no plaintext.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Generic, TypeVar
 
-V = TypeVar("V")
+from reconciler.core.memo import Table
 
 KEPT = 4096
 """Entries a table keeps; above ``ExpandLimits.max_proxies``, so one load never evicts its
 own."""
 
 
-class Table(Generic[V]):
-    """Values by a bytes key, computed once; at ``size`` entries it starts over."""
-
-    def __init__(self, size: int = KEPT) -> None:
-        self._size = size
-        self._values: dict[bytes, V] = {}
-
-    def get(self, key: bytes, compute: Callable[[], V]) -> V:
-        """The value of ``key``, computed now when not known (an exception keeps nothing)."""
-        if key in self._values:
-            return self._values[key]
-        value = compute()
-        if len(self._values) >= self._size:
-            self._values.clear()
-        self._values[key] = value
-        return value
-
-
 class LoadMemo:
     """The tables of one repo's loads: cloud-config findings, secret fingerprints."""
 
     def __init__(self, size: int = KEPT) -> None:
-        self.cloud_configs: Table[tuple[tuple[tuple[int, str], ...], int]] = Table(size)
+        self.cloud_configs: Table[bytes, tuple[tuple[tuple[int, str], ...], int]] = Table(size)
         """A cloud-config text's findings and the YAML values it holds, by its sha256."""
-        self.fingerprints: Table[str] = Table(size)
+        self.fingerprints: Table[bytes, str] = Table(size)
         """A secret's fingerprint, by the sha256 of its name and value."""
 
 

@@ -37,7 +37,7 @@ from functools import partial
 from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
-from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.digest import Digests, proxy_digest
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
 from reconciler.core.plan.handover import handover, preference
 from reconciler.core.plan.healing import Cure, judge, suspect_zones
@@ -77,11 +77,13 @@ def plan(
     inventory: Inventory,
     history: History | None = None,
     limits: Limits | None = None,
+    *,
+    memo: Digests | None = None,
 ) -> Plan:
-    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier
-    runs saw (``history``; none: the day-2 rules that need the past do not fire) and the
-    box's bounds (``limits``: a new VM's deadline, the delete window's budget)."""
-    return _Planner(repo, inventory, history or History(), limits or Limits()).run()
+    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier runs
+    saw (``history``; none: the day-2 rules that need the past do not fire), the box's bounds
+    (``limits``: a new VM's deadline, the delete window's budget) and ``memo``'s digests."""
+    return _Planner(repo, inventory, history or History(), limits or Limits()).run(memo)
 
 
 class _Planner:
@@ -130,7 +132,8 @@ class _Planner:
             zones[proxy.placement.zone].append((kept.host, kept.name) if kept else None)
         return zones
 
-    def run(self) -> Plan:
+    def run(self, memo: Digests | None) -> Plan:
+        self.memo = memo  # digests of earlier plans, kept by their owner
         proposed: list[Action] = []
         for proxy in sorted(self.repo.proxies, key=lambda p: p.name):
             proposed.extend(self._proxy(proxy))
@@ -216,8 +219,9 @@ class _Planner:
         the proxy's own rules, name clashes and cleanups all ask for it."""
         key = (proxy.name, host)
         if key not in self.digests:
+            on, memo = self.hosts[host], self.memo
             self.digests[key] = proxy_digest(
-                proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
+                proxy, on, image=made.image, machine_type=made.machine_type, memo=memo
             )
         return self.digests[key]
 

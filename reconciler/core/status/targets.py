@@ -5,7 +5,7 @@ blocked) left in place; a proxy with no action at all is absent, one whose
 VM may sit on a host that did not answer is unknown. When the proxy is
 moving to a new VM while its old one still runs (a replace made now, or an
 old VM whose delete waits for the new one's health), the old VM is named
-too: it serves while the new one does not (reconciler.engine.check).
+too: it serves while the new one does not (reconciler.engine.check probes them).
 """
 
 from __future__ import annotations
