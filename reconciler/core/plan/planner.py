@@ -83,13 +83,16 @@ def plan(
     """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier runs
     saw (``history``; none: the day-2 rules that need the past do not fire), the box's bounds
     (``limits``: a new VM's deadline, the delete window's budget) and ``memo``'s digests."""
-    return _Planner(repo, inventory, history or History(), limits or Limits()).run(memo)
+    digests = memo if memo is not None else Digests()
+    return _Planner(repo, inventory, history or History(), limits or Limits(), digests).run()
 
 
 class _Planner:
     """One planning pass. Its state (host load) lives only as long as ``plan`` runs."""
 
-    def __init__(self, repo: Repo, inventory: Inventory, history: History, limits: Limits) -> None:
+    def __init__(
+        self, repo: Repo, inventory: Inventory, history: History, limits: Limits, memo: Digests
+    ) -> None:
         self.repo = repo
         self.history = history
         self.limits = limits
@@ -106,6 +109,7 @@ class _Planner:
         self.manifests: dict[str, Proxy] = {p.name: p for p in repo.proxies}
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
+        self.digest_of = partial(proxy_digest, memo=memo)  # memo: digests of earlier plans
         self.made: dict[tuple[str, str], Made | None] = {}  # (image, machine type) -> Made
         self.split: dict[str, tuple[list[OwnedVm], list[OwnedVm]]] = {}  # see _split
         self.room = Room(inventory, self.policy.overcommit)
@@ -132,8 +136,7 @@ class _Planner:
             zones[proxy.placement.zone].append((kept.host, kept.name) if kept else None)
         return zones
 
-    def run(self, memo: Digests | None) -> Plan:
-        self.memo = memo  # digests of earlier plans, kept by their owner
+    def run(self) -> Plan:
         proposed: list[Action] = []
         for proxy in sorted(self.repo.proxies, key=lambda p: p.name):
             proposed.extend(self._proxy(proxy))
@@ -215,13 +218,11 @@ class _Planner:
         return found
 
     def _digest(self, proxy: Proxy, made: Made, host: str) -> str:
-        """The digest of ``proxy`` on ``host``, computed once per plan: the probe-path guard,
-        the proxy's own rules, name clashes and cleanups all ask for it."""
+        """The digest of ``proxy`` on ``host``, computed once per plan (many rules ask)."""
         key = (proxy.name, host)
         if key not in self.digests:
-            on, memo = self.hosts[host], self.memo
-            self.digests[key] = proxy_digest(
-                proxy, on, image=made.image, machine_type=made.machine_type, memo=memo
+            self.digests[key] = self.digest_of(
+                proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
             )
         return self.digests[key]
 
