@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from reconciler.core.plan.capacity import GIB
 from reconciler.core.plan.healing import Cure, Verdict
 from reconciler.core.plan.vms import OwnedVm
@@ -38,7 +36,14 @@ def kept_vm_action(
         return vm.action(Keep, verdict.reason)
     state = vm.state
     if state is DomainState.RUNNING:
-        return replace(vm.action(Keep, "up to date"), up_to_date=True)
+        return Keep(
+            reason="up to date",
+            proxy=vm.proxy,
+            host=vm.host,
+            domain=vm.name,
+            digest=vm.digest,
+            up_to_date=True,
+        )
     if state is DomainState.SHUTOFF:
         if drift is DriftMode.CORRECT:
             return vm.action(Start, "shut off; drift: correct starts it")
