@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
 from reconciler.adapters.hypervisor.download import ImageCache
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
@@ -229,7 +229,7 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
 def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
     """The repo, or None after printing every problem to stderr."""
     try:
-        return load_repo(root, secrets=secrets)
+        return load_repo_at(root, secrets=secrets)
     except InvalidInput as exc:
         print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
         for problem in exc.problems:

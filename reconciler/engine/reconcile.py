@@ -27,10 +27,12 @@ from pathlib import Path
 
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.imageurls import check_url
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
-from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
+from reconciler.core.plan.digest import Digests
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
@@ -52,6 +54,7 @@ from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
     Health,
+    ProxyState,
     ProxyStatus,
     RunReport,
     RunResult,
@@ -111,6 +114,10 @@ class Engine:
             self.runtime.clock,
             cap=self.guards.max_deletes,
         )
+        self.memo = LoadMemo()
+        """What this engine's loads of its repo share (cloud-config findings, fingerprints)."""
+        self.digests = Digests()
+        """Digests its plans share: the same proxies are planned every cycle."""
         self.last_observation: Observation | None = None
         """What the last run observed, as soon as it has (``proxyfleet info`` reads VM
         provenance from it, ``get`` what a first run has seen so far)."""
@@ -118,7 +125,7 @@ class Engine:
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
         InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
-        return load_repo(root, limits=self.read_limits, secrets=self.secrets)
+        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets, memo=self.memo)
 
     def reconcile_once(
         self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None
@@ -203,7 +210,11 @@ class Engine:
             replace_timeout=self.settings.replace_timeout, deletes_left=left, deletes_why=why
         )
         plan = make_plan(
-            repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
+            repo,
+            observation.inventory,
+            for_plan(kept, now=now, revision=revision),
+            limits,
+            memo=self.digests,
         )
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
@@ -377,7 +388,7 @@ def settling(
             first = not prepared.history.record(vm.host, vm.domain).healthy_once
             if first and owned.get(vm.name, set()) - {key}:
                 names.add(vm.name)
-        elif vm.state == "running" and new:
+        elif vm.state is ProxyState.RUNNING and new:
             names.add(vm.name)
     return tuple(sorted(names))
 

@@ -1,4 +1,4 @@
-"""The planner's vocabulary: an owned VM as observed, what a proxy is made of, a blocked action."""
+"""The planner's vocabulary: an owned VM as observed, what a proxy is made of."""
 
 from __future__ import annotations
 
@@ -6,18 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from reconciler.model import Domain, DomainRef, DomainState, Image, MachineType, Owner
-from reconciler.model.plan import (
-    Abandon,
-    Action,
-    Blocked,
-    Cleanup,
-    Delete,
-    Keep,
-    Keeper,
-    Relabel,
-    Start,
-    replaced,
-)
+from reconciler.model.plan import Abandon, Action, Delete, Keep, Keeper, Start, block
 
 A = TypeVar("A", Keep, Start, Delete, Abandon)
 
@@ -64,33 +53,6 @@ class OwnedVm:
             domain=self.name,
             digest=self.digest,
         )
-
-
-def block(action: Action, reason: str) -> Blocked:
-    """The same action, stopped by a safety rule."""
-    if isinstance(action, Blocked):
-        return Blocked(
-            reason=reason,
-            proxy=action.proxy,
-            host=action.host,
-            domain=action.domain,
-            digest=action.digest,
-            blocks=action.blocks,
-            replaces=action.replaces,
-            owner=action.owner,
-            volumes=action.volumes,
-        )
-    return Blocked(
-        reason=reason,
-        proxy=action.proxy,
-        host=action.host,
-        domain=action.domain,
-        digest=action.digest,
-        blocks=action.kind,
-        replaces=replaced(action),
-        owner=action.owner if isinstance(action, Relabel) else None,
-        volumes=action.volumes if isinstance(action, Cleanup) else (),
-    )
 
 
 def delete(

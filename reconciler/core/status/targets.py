@@ -5,7 +5,7 @@ blocked) left in place; a proxy with no action at all is absent, one whose
 VM may sit on a host that did not answer is unknown. When the proxy is
 moving to a new VM while its old one still runs (a replace made now, or an
 old VM whose delete waits for the new one's health), the old VM is named
-too: it serves while the new one does not (reconciler.engine.check).
+too: it serves while the new one does not (reconciler.engine.check probes them).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from reconciler.core.plan.keep import UP_TO_DATE
-from reconciler.model import Action, ActionKind, DomainState, Inventory, Plan, Proxy, Repo
-from reconciler.model.plan import blocked_kind, replaced
-from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
+from reconciler.model import Action, ActionKind, Inventory, Plan, Proxy, Repo
+from reconciler.model.plan import Keep, blocked_kind, replaced
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyState, ProxyStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +50,11 @@ def targets(
             continue
         if (
             proxy is not None
-            and target.status.state == "absent"
+            and target.status.state is ProxyState.ABSENT
             and _may_hide(proxy, repo, inventory)
         ):
             # Not seen is not absent: its VM may run on the host that did not answer.
-            unknown = replace(target.status, state="unknown", health=Health.UNKNOWN)
+            unknown = replace(target.status, state=ProxyState.UNKNOWN, health=Health.UNKNOWN)
             target = Target(unknown)
         if not target.status.zone:
             host = repo.fleet.host(target.status.host)
@@ -87,7 +86,7 @@ def _target_of(
     present: bool,
 ) -> Target | None:
     if not actions:
-        return Target(ProxyStatus(name, state="absent", detail="not in the plan"))
+        return Target(ProxyStatus(name, state=ProxyState.ABSENT, detail="not in the plan"))
     # The planner lists a proxy's kept VM first; for a manifest that is gone,
     # any VM that is not deleted by now still speaks for it.
     for index, action in enumerate(actions):
@@ -99,7 +98,7 @@ def _target_of(
         target = _after(name, action, outcome, inventory)
         old = _old_vm(name, action, actions[index + 1 :], results, inventory)
         return replace(target, old=old) if old is not None and old != target.status else target
-    return Target(ProxyStatus(name, state="absent")) if present else None
+    return Target(ProxyStatus(name, state=ProxyState.ABSENT)) if present else None
 
 
 def _old_vm(
@@ -126,7 +125,7 @@ def _old_vm(
             candidates.append((other.host or "", other.domain or ""))
     for host, domain in candidates:
         status = _observed(name, host, domain, inventory)
-        if status.state == DomainState.RUNNING.value:
+        if status.state is ProxyState.RUNNING:
             return status
     return None
 
@@ -147,11 +146,19 @@ def _after(
         # A start says why (crashed, killed, and which restart): the run's status would
         # otherwise show a running VM and hide that it went down.
         why = action.reason if kind is ActionKind.START else ""
-        return Target(ProxyStatus(name, host, domain, state="running", detail=why), fresh=True)
+        return Target(
+            ProxyStatus(name, host, domain, state=ProxyState.RUNNING, detail=why), fresh=True
+        )
     if kind is ActionKind.CREATE:
         failed = outcome is not None and outcome.result is ActionResult.FAILED
         return Target(
-            ProxyStatus(name, host, domain, "failed" if failed else "absent", detail=failure)
+            ProxyStatus(
+                name,
+                host,
+                domain,
+                ProxyState.FAILED if failed else ProxyState.ABSENT,
+                detail=failure,
+            )
         )
     old = replaced(action)
     if kind is ActionKind.REPLACE and old is not None:
@@ -164,13 +171,13 @@ def _after(
         if old is not None:
             serving = _observed(name, old.host, old.domain, inventory)
             return Target(replace(serving, detail=blocked))
-        return Target(ProxyStatus(name, host, state="absent", detail=blocked))
+        return Target(ProxyStatus(name, host, state=ProxyState.ABSENT, detail=blocked))
     status = _observed(name, host, domain, inventory)
     if failure:
         status = replace(status, detail=failure)
     elif kind in (ActionKind.BLOCKED, ActionKind.ABANDON):
         status = replace(status, detail=f"{kind.value}: {action.reason}")
-    elif kind is ActionKind.KEEP and action.reason != UP_TO_DATE:
+    elif isinstance(action, Keep) and not action.up_to_date:
         status = replace(status, detail=action.reason)  # why a VM that is not right stays
     return Target(status)
 
@@ -178,6 +185,9 @@ def _after(
 def _observed(name: str, host: str, domain: str, inventory: Inventory) -> ProxyStatus:
     found = inventory.host(host)
     if found is None or not found.reachable:
-        return ProxyStatus(name, host, domain, state="unknown", detail=f"host {host} unreachable")
-    state = next((d.state.value for d in found.domains if d.name == domain), "absent")
+        return ProxyStatus(
+            name, host, domain, state=ProxyState.UNKNOWN, detail=f"host {host} unreachable"
+        )
+    seen = next((d.state for d in found.domains if d.name == domain), None)
+    state = ProxyState.ABSENT if seen is None else ProxyState.of(seen)
     return ProxyStatus(name, host, domain, state=state)
