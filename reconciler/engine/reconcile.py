@@ -33,8 +33,8 @@ from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
+from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
-from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource

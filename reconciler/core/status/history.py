@@ -2,7 +2,9 @@
 
 ``for_plan`` turns what was kept into the planner's ``History`` for one
 revision (halts of another revision are ignored: a new commit resumes the
-rollout); ``after_run`` folds the run's plan, outcomes and health checks into it:
+rollout); ``after_run`` folds the run's plan, outcomes and health checks into it (pure:
+the engine keeps the result through its ``HistoryStore``; case files in
+``tests/history_cases/``):
 
 - a successful start counts as a restart of that VM (the last 20 are kept), and the VM
   is starting again: its probe is judged once it has passed a check since; a resume of a
