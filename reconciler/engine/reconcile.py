@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.imageurls import check_url
+from reconciler.adapters.hypervisor.images.imageurls import check_url
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits

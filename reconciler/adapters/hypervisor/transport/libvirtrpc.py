@@ -35,18 +35,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import libvirt
 
-from reconciler.adapters.hypervisor.deadline import Deadline
-from reconciler.adapters.hypervisor.lanes import Lane, Lanes
-from reconciler.adapters.hypervisor.libvirtcarrier import Carrier
-from reconciler.adapters.hypervisor.libvirterrors import classify, link_failed
-from reconciler.adapters.hypervisor.opensshforward import OpenSshForward, SshUnreachable
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache, start_event_loop
+from reconciler.adapters.hypervisor.transport.deadline import Deadline
+from reconciler.adapters.hypervisor.transport.lanes import Lane, Lanes
+from reconciler.adapters.hypervisor.transport.libvirtcarrier import Carrier
+from reconciler.adapters.hypervisor.transport.libvirterrors import classify, link_failed
+from reconciler.adapters.hypervisor.transport.opensshforward import OpenSshForward, SshUnreachable
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache, start_event_loop
 from reconciler.errors import HostError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.sshbridge import SocketBridge
+    from reconciler.adapters.hypervisor.transport.sshbridge import SocketBridge
 
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
@@ -78,7 +78,7 @@ class LibvirtSession:
         watch: bool = False,
     ) -> None:
         """``watch``: keep domain owners between observes, told of changes by libvirt's
-        domain events (``owners``; reconciler.adapters.hypervisor.ownerwatch)."""
+        domain events (``owners``; reconciler.adapters.hypervisor.transport.ownerwatch)."""
         self.host = host
         self._settings = settings
         self._open_connection = open_connection
@@ -237,7 +237,7 @@ class LibvirtSession:
     def lane(self) -> AbstractContextManager[object]:
         """Inside, the calling thread's calls go over a lane: a connection of its own on
         the same link, shared by at most ``CALLS_PER_LANE`` threads
-        (reconciler.adapters.hypervisor.lanes), so that more calls than libvirtd serves on
+        (reconciler.adapters.hypervisor.transport.lanes), so that more calls than libvirtd serves on
         one connection run at once. Objects a call returns (a domain, a volume) keep
         their connection: use them inside the same ``lane()``."""
         return self._lanes.held()
