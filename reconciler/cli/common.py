@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
-from reconciler.adapters.hypervisor.download import ImageCache
+from reconciler.adapters.hypervisor.images.download import ImageCache
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
@@ -36,7 +36,7 @@ from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettin
 
 if TYPE_CHECKING:  # libvirt loads only when a host is built
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-    from reconciler.adapters.hypervisor.libvirtrpc import RpcObserver
+    from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"

@@ -80,7 +80,7 @@ class FetchedImage(Protocol):
 
 
 class ImageSource(ImageSizes, Protocol):
-    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache): ``fetch``
+    """The local image cache (reconciler.adapters.hypervisor.images.download.ImageCache): ``fetch``
     here, ``size`` before planning (reconciler.engine.observe)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.imageurls import check_url
+from reconciler.adapters.hypervisor.images.imageurls import check_url
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.core.load.loadmemo import LoadMemo
@@ -35,8 +35,8 @@ from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.plan.digest import Digests
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
+from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
-from reconciler.engine.bookkeeping import after_run, for_plan, with_since
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource

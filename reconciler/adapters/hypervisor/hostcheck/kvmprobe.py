@@ -46,8 +46,8 @@ from reconciler.core.render.kvmprobe import (
 from reconciler.errors import NotFoundError, PermanentError
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.baseimage import BaseImages
-    from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+    from reconciler.adapters.hypervisor.images.baseimage import BaseImages
+    from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 
 log = logging.getLogger("reconciler.host")
 

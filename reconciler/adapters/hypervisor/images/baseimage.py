@@ -39,8 +39,8 @@ from typing import IO, Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
-from reconciler.adapters.hypervisor.uploadstream import CHUNK, stream_up
+from reconciler.adapters.hypervisor.images.uploadstream import CHUNK, stream_up
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.core.render.domainxml import plain_volume_xml
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Image

@@ -25,7 +25,9 @@ What keeps it honest:
 
 libvirt delivers events only to a process that runs an event loop: ``start_event_loop``
 registers libvirt's default one, once per process, before the session's first
-connection, and runs it on a daemon thread.
+connection, and runs it on a daemon thread. ``OwnerWatch`` is the cache's lifecycle in a
+session: which cache belongs to the live connection, made on first use, dropped on a
+redial.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import libvirt
+
+from reconciler.errors import HostError, TransientError
 
 log = logging.getLogger("reconciler.host")
 
@@ -181,3 +185,53 @@ class OwnerCache:
             log.exception("domain event not applied; forgetting every owner")
             with self._lock:
                 self._known.clear()
+
+
+class OwnerWatch:
+    """The owner cache of one session's live connection: made when first asked for on a
+    connection, dropped with it (``forget``). Not thread-safe: the session calls it under
+    its own lock."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._cache: OwnerCache | None = None
+        self._refused: Any = None
+        """The connection whose libvirtd refused the callbacks (not asked again)."""
+
+    def on(self, conn: Any, register: Callable[[Callable[[Any], None]], None]) -> OwnerCache | None:
+        """The cache of ``conn``: the one known, or a new one whose callbacks ``register``
+        registers (one call of the session, 2 RPCs). None when libvirtd refused them on
+        ``conn``. Raises the TransientError of the registration (the link failing)."""
+        if self._cache is not None and self._cache.conn is conn:
+            return self._cache
+        if self._refused is conn:
+            return None
+        cache = OwnerCache()
+        try:
+            register(cache.watch)
+        except HostError as exc:
+            cache.stop()
+            if isinstance(exc, TransientError):
+                raise
+            log.warning(
+                "host %s: libvirt refused domain events (%s); owners are read in every observe",
+                self._host,
+                exc,
+            )
+            self._refused = conn
+            return None
+        self._cache = cache
+        return cache
+
+    def changed(self, uuid: str) -> None:
+        """We changed the domain's owner: the known one is stale from now on."""
+        cache = self._cache
+        if cache is not None:
+            cache.changed(uuid)
+
+    def forget(self) -> OwnerCache | None:
+        """The connection goes: its cache is returned to be stopped (after the link
+        closed), and the next connection starts without one."""
+        cache, self._cache = self._cache, None
+        self._refused = None
+        return cache

@@ -8,7 +8,7 @@ at most ``CALLS_PER_LANE`` such threads. Lanes are dialled on first use, kept fo
 the next deletes, and forgotten with the link (a dropped link drops them all).
 
 This module only decides which lane a thread uses; the session dials and checks the
-connections (reconciler.adapters.hypervisor.libvirtrpc).
+connections (reconciler.adapters.hypervisor.transport.libvirtrpc).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import paramiko
 
-from reconciler.adapters.hypervisor.sshpaths import private_socket_dir
+from reconciler.adapters.hypervisor.transport.sshpaths import private_socket_dir
 from reconciler.errors import HostError, PermanentError
 
 log = logging.getLogger("reconciler.ssh")

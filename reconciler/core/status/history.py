@@ -2,7 +2,9 @@
 
 ``for_plan`` turns what was kept into the planner's ``History`` for one
 revision (halts of another revision are ignored: a new commit resumes the
-rollout); ``after_run`` folds the run's plan, outcomes and health checks into it:
+rollout); ``after_run`` folds the run's plan, outcomes and health checks into it (pure:
+the engine keeps the result through its ``HistoryStore``; case files in
+``tests/history_cases/``):
 
 - a successful start counts as a restart of that VM (the last 20 are kept), and the VM
   is starting again: its probe is judged once it has passed a check since; a resume of a
@@ -30,7 +32,7 @@ from datetime import datetime
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.inventory import DomainState, Inventory
 from reconciler.model.plan import DomainRef, Start
-from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyStatus
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyState, ProxyStatus
 
 KEPT_RESTARTS = 20
 
@@ -78,14 +80,16 @@ def after_run(
             continue
         ref = DomainRef(proxy.host, proxy.domain)
         record = records.get(ref, VmRecord())
-        if proxy.health is Health.UNKNOWN and (record.healthy_once or proxy.state != "running"):
+        if proxy.health is Health.UNKNOWN and (
+            record.healthy_once or proxy.state is not ProxyState.RUNNING
+        ):
             continue
         if proxy.health is Health.HEALTHY:
             since = record.healthy_since or now
             record = dataclasses.replace(
                 record, failing_since=None, healthy_once=True, healthy_since=since, suspect_at=None
             )
-        elif proxy.state == "running" and record.failing_since is None:
+        elif proxy.state is ProxyState.RUNNING and record.failing_since is None:
             record = dataclasses.replace(record, failing_since=now, healthy_since=None)
         else:
             record = dataclasses.replace(record, healthy_since=None)

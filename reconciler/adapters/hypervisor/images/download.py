@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from reconciler import progress
-from reconciler.adapters.hypervisor.imageurls import (
+from reconciler.adapters.hypervisor.images.imageurls import (
     check_url,
     network_error,
     open_source,

@@ -5,7 +5,7 @@ forwarded), libvirt and QEMU versions, the storage pool (present, active,
 free space: room for the fleet's base images it does not hold yet plus one VM
 of the largest machine type), the network or bridge, OVMF for UEFI guests
 (from the domain capabilities of the host's domain type on q35), capacity
-(CPUs, memory), and whether KVM is usable (``adapters.hypervisor.kvmprobe``
+(CPUs, memory), and whether KVM is usable (``adapters.hypervisor.hostcheck.kvmprobe``
 boots a throw-away guest; a failure fails the check only on a host whose
 ``domainType`` is kvm). Each item is checked on its own, so one failure does
 not hide the others.
@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.kvmprobe import PROBE_TIMEOUT, probe_kvm
+from reconciler.adapters.hypervisor.hostcheck.kvmprobe import PROBE_TIMEOUT, probe_kvm
 from reconciler.errors import HostError, PermanentError
 from reconciler.model.fleet import DomainType
 from reconciler.model.vm import base_marker_name
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.baseimage import BaseImages
-    from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+    from reconciler.adapters.hypervisor.images.baseimage import BaseImages
+    from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 
 
 @dataclass(frozen=True, slots=True)

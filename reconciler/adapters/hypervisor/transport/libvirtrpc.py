@@ -35,18 +35,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import libvirt
 
-from reconciler.adapters.hypervisor.deadline import Deadline
-from reconciler.adapters.hypervisor.lanes import Lane, Lanes
-from reconciler.adapters.hypervisor.libvirtcarrier import Carrier
-from reconciler.adapters.hypervisor.libvirterrors import classify, link_failed
-from reconciler.adapters.hypervisor.opensshforward import OpenSshForward, SshUnreachable
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache, start_event_loop
+from reconciler.adapters.hypervisor.transport.deadline import Deadline
+from reconciler.adapters.hypervisor.transport.lanes import Lane, Lanes
+from reconciler.adapters.hypervisor.transport.libvirtcarrier import Carrier
+from reconciler.adapters.hypervisor.transport.libvirterrors import classify, link_failed
+from reconciler.adapters.hypervisor.transport.opensshforward import OpenSshForward, SshUnreachable
+from reconciler.adapters.hypervisor.transport.ownerwatch import (
+    OwnerCache,
+    OwnerWatch,
+    start_event_loop,
+)
 from reconciler.errors import HostError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.sshbridge import SocketBridge
+    from reconciler.adapters.hypervisor.transport.sshbridge import SocketBridge
 
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
@@ -78,7 +82,7 @@ class LibvirtSession:
         watch: bool = False,
     ) -> None:
         """``watch``: keep domain owners between observes, told of changes by libvirt's
-        domain events (``owners``; reconciler.adapters.hypervisor.ownerwatch)."""
+        domain events (``owners``; reconciler.adapters.hypervisor.transport.ownerwatch)."""
         self.host = host
         self._settings = settings
         self._open_connection = open_connection
@@ -88,8 +92,7 @@ class LibvirtSession:
         self._conn: Any = None
         self._lanes = Lanes()
         self._watch = watch
-        self._owners: OwnerCache | None = None
-        self._owners_refused: Any = None
+        self._owners = OwnerWatch(host.name)
         if watch:
             start_event_loop()  # before the first connection: only later ones get events
         _OPEN.add(self)
@@ -205,39 +208,20 @@ class LibvirtSession:
         Raises what a call raises (the link failing)."""
         if not self._watch:
             return None
-        with self._lock:
+        with self._lock:  # the registration succeeds under the lock: ``conn`` is still ours
             conn = self.connection()
-            if self._owners is not None and self._owners.conn is conn:
-                return self._owners
-            if self._owners_refused is conn:
-                return None
-            cache = OwnerCache()
-            try:
-                self.call("virConnectDomainEventRegisterAny", cache.watch)
-            except HostError as exc:
-                cache.stop()
-                if isinstance(exc, TransientError):
-                    raise
-                log.warning(
-                    "host %s: libvirt refused domain events (%s); owners are read in every observe",
-                    self.host.name,
-                    exc,
-                )
-                self._owners_refused = conn
-                return None
-            self._owners = cache  # the call succeeded under the lock: ``conn`` is still ours
-            return cache
+            return self._owners.on(
+                conn, lambda watch: self.call("virConnectDomainEventRegisterAny", watch)
+            )
 
     def owner_changed(self, uuid: str) -> None:
         """We changed the domain's owner: the known one is stale from now on."""
-        owners = self._owners
-        if owners is not None:
-            owners.changed(uuid)
+        self._owners.changed(uuid)
 
     def lane(self) -> AbstractContextManager[object]:
         """Inside, the calling thread's calls go over a lane: a connection of its own on
         the same link, shared by at most ``CALLS_PER_LANE`` threads
-        (reconciler.adapters.hypervisor.lanes), so that more calls than libvirtd serves on
+        (reconciler.adapters.hypervisor.transport.lanes), so that more calls than libvirtd serves on
         one connection run at once. Objects a call returns (a domain, a volume) keep
         their connection: use them inside the same ``lane()``."""
         return self._lanes.held()
@@ -261,7 +245,7 @@ class LibvirtSession:
             return
         dropped = [self._conn, *self._lanes.forget()]  # closed after the link (_teardown)
         self._conn = None
-        self._owners = None
+        self._owners.forget()
         try:
             self._carrier.cut()
         finally:
@@ -344,8 +328,7 @@ class LibvirtSession:
         # after the other (a round trip that waits out a delayed ACK takes 40 ms).
         dropped = [self._conn, *self._lanes.forget()]
         self._conn = None
-        owners, self._owners = self._owners, None
-        self._owners_refused = None
+        owners = self._owners.forget()
         try:
             self._carrier.close()
         finally:

@@ -22,8 +22,8 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.libvirterrors import classify
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.transport.libvirterrors import classify
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.errors import NotFoundError, TransientError
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from typing import IO, Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.deadline import Deadline
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.transport.deadline import Deadline
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.errors import PermanentError, TransientError
 from reconciler.progress import ProgressEvent
 from reconciler.progress import emit as emit_progress

@@ -1,4 +1,4 @@
-"""An in-memory ConsoleStream for unit tests of the terminal loop (see hypervisor.console)."""
+"""An in-memory ConsoleStream for unit tests of the terminal loop (see console.stream)."""
 
 from __future__ import annotations
 

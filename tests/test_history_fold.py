@@ -1,4 +1,5 @@
-"""What a run hands on to the next: restarts, health and halts folded into the history."""
+"""What a run hands on to the next: restarts, health and halts folded into the history
+(the rules one by one are case files: tests/history_cases/, run by test_history_cases)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 from datetime import UTC, datetime
 
 from reconciler.adapters.state.historystore import decode, encode
-from reconciler.engine.bookkeeping import after_run, for_plan, with_since
+from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.model import Domain, DomainRef, DomainState, HostInventory, Inventory, Owner
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.plan import Start

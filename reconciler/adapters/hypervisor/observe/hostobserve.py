@@ -17,9 +17,9 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.baseimage import BaseImages
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
+from reconciler.adapters.hypervisor.images.baseimage import BaseImages
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache
 from reconciler.core.render.metadata import NAMESPACE, parse_owner
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, Host, HostInventory
@@ -128,7 +128,7 @@ def observe_host(session: LibvirtSession, images: BaseImages, host: Host) -> Hos
     overlap instead of adding up; fewer when many hosts are observed at once
     (``READS_IN_FLIGHT``). A session that watches (the daemon) reads only the domains
     whose owner it does not know unchanged since an earlier read
-    (reconciler.adapters.hypervisor.ownerwatch): on an idle fleet, none.
+    (reconciler.adapters.hypervisor.transport.ownerwatch): on an idle fleet, none.
     """
     with OBSERVING.one():
         return _observe(session, images, host)

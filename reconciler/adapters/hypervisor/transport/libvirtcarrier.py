@@ -15,14 +15,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from reconciler.adapters.hypervisor.opensshforward import OpenSshForward
+from reconciler.adapters.hypervisor.transport.opensshforward import OpenSshForward
 from reconciler.errors import TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
 
 if TYPE_CHECKING:  # paramiko loads with the SSH link, when a carrier first needs it
-    from reconciler.adapters.hypervisor.ssh import SshConnection
-    from reconciler.adapters.hypervisor.sshbridge import SocketBridge
+    from reconciler.adapters.hypervisor.transport.ssh import SshConnection
+    from reconciler.adapters.hypervisor.transport.sshbridge import SocketBridge
 
 
 class Carrier:
@@ -49,7 +49,7 @@ class Carrier:
         """The paramiko SSH link (dialling on its first use); paramiko loads here."""
         with self._link_lock:
             if self._ssh is None:
-                from reconciler.adapters.hypervisor.ssh import SshConnection
+                from reconciler.adapters.hypervisor.transport.ssh import SshConnection
 
                 self._ssh = SshConnection(self._host, self._settings)
             return self._ssh
@@ -121,6 +121,6 @@ class Carrier:
         return self._ssh is not None and self._ssh.streamlocal_refused
 
     def _helper_bridge(self) -> SocketBridge:
-        from reconciler.adapters.hypervisor.sshbridge import SocketBridge
+        from reconciler.adapters.hypervisor.transport.sshbridge import SocketBridge
 
         return SocketBridge(self.link().open_libvirt_channel, label=self._host.name)

@@ -1,8 +1,8 @@
 """The serial-console seam: a byte stream to and from one VM's first serial port.
 
-``LibvirtConsole`` (reconciler.adapters.hypervisor.libvirtconsole) is the real thing, a
+``LibvirtConsole`` (reconciler.adapters.hypervisor.console.libvirtconsole) is the real thing, a
 ``virDomainOpenConsole`` stream over the host's forwarded libvirt connection;
-``FakeConsole`` (reconciler.adapters.hypervisor.fakeconsole) is an in-memory stand-in for
+``FakeConsole`` (reconciler.adapters.hypervisor.console.fakeconsole) is an in-memory stand-in for
 the terminal loop's unit tests and nothing else.
 """
 

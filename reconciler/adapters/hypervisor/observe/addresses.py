@@ -17,8 +17,8 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
-from reconciler.adapters.hypervisor.neighbours import ARP_TABLE, arp_ipv4
+from reconciler.adapters.hypervisor.observe.neighbours import ARP_TABLE, arp_ipv4
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.errors import PermanentError, TransientError
 
 log = logging.getLogger("reconciler.host")
@@ -75,7 +75,7 @@ def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[st
 
 def host_arp(session: LibvirtSession, dom: Any, domain: str) -> tuple[str, ...]:
     """The domain's IPv4 from the host's /proc/net/arp, for when libvirt's own ARP
-    reader fails (reconciler.adapters.hypervisor.neighbours)."""
+    reader fails (reconciler.adapters.hypervisor.observe.neighbours)."""
     xml = session.call("virDomainGetXMLDesc", lambda _c: dom.XMLDesc(0), domain=domain)
     macs = interface_macs(xml)
     table = session.read_host_file(ARP_TABLE) if macs else None

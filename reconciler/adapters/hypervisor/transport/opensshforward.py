@@ -54,7 +54,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from reconciler.adapters.hypervisor.sshpaths import known_hosts_name, private_socket_dir
+from reconciler.adapters.hypervisor.transport.sshpaths import known_hosts_name, private_socket_dir
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings

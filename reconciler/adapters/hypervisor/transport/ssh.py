@@ -46,7 +46,7 @@ from pathlib import Path
 
 import paramiko
 
-from reconciler.adapters.hypervisor.sshchannel import (
+from reconciler.adapters.hypervisor.transport.sshchannel import (
     SOCKET_MISSING,
     SOCKET_STALE,
     open_streamlocal,
@@ -54,7 +54,7 @@ from reconciler.adapters.hypervisor.sshchannel import (
     remote_test,
     socket_state,
 )
-from reconciler.adapters.hypervisor.sshpaths import known_hosts_name
+from reconciler.adapters.hypervisor.transport.sshpaths import known_hosts_name
 from reconciler.errors import HostError, PermanentError, TransientError
 from reconciler.model import Host
 from reconciler.model.settings import SshSettings
