@@ -52,7 +52,7 @@ from reconciler.core.plan.placement import Placement
 from reconciler.core.plan.recreate import first_half, is_down
 from reconciler.core.plan.relabel import record_protect
 from reconciler.core.plan.rollout import pace
-from reconciler.core.plan.vms import Made, OwnedVm, delete
+from reconciler.core.plan.vms import Made, OwnedVm, delete, new_vm
 from reconciler.model import ActionKind, DomainState, Host, Inventory, Plan, Proxy, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
@@ -60,12 +60,10 @@ from reconciler.model.plan import (
     MUTATING,
     Action,
     Blocked,
-    Create,
     Delete,
     Keep,
     Keeper,
     NewVm,
-    Replace,
     block,
 )
 
@@ -374,25 +372,15 @@ class _Planner:
         self.room.take(host, made.machine_type, made.image)
         vm = self._new(proxy, made, host)
         reason = f"new VM {why}" + (f"; {note}" if note else "")
-        if replaces is None:
-            return Create(
-                reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
-            )
-        why_new = heal or f"spec changed ({replaces.digest[:8]} -> {digest[:8]})"
-        reason = (
-            f"{why_new}: {reason}; "
-            f"{replaces.name} on {replaces.host} is deleted in a later run, "
-            "once the new VM is healthy"
-        )
-        return Replace(
-            reason=reason,
-            proxy=proxy.name,
-            host=host,
+        return new_vm(
+            proxy.name,
+            host,
             domain=name,
             digest=digest,
             vm=vm,
-            replaces=replaces.ref,
-            heal=bool(heal),
+            reason=reason,
+            replaces=replaces,
+            heal=heal,
         )
 
     def _new(self, proxy: Proxy, made: Made, host: str) -> NewVm:
