@@ -59,7 +59,7 @@ from benchmarks.floors import PREFIX as FLOOR_PREFIX
 from benchmarks.floors import FloorVm, create_all, floor_name, floor_vms
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.model import Image
 from reconciler.model.settings import ApplySettings
 from reconciler.model.vm import VmSpec, base_volume_name
@@ -201,7 +201,7 @@ def running(conn: Any, prefix: str) -> int:
 
 def floor(conn: Any, lab: dict[str, Any], repo: Path, count: int) -> float:
     """The physical floor (benchmarks.floors): seconds of ``create_all`` alone."""
-    vms = rendered(conn, lab, vm_specs(load_repo(repo), name=floor_name))
+    vms = rendered(conn, lab, vm_specs(load_repo_at(repo), name=floor_name))
     started = time.perf_counter()
     create_all(conn, "default", vms, width=WIDTH)
     seconds = time.perf_counter() - started

@@ -90,7 +90,7 @@ from benchmarks.floors import PREFIX as FLOOR_PREFIX
 from benchmarks.floors import create_all, delete_all, floor_name, lanes_for
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.model.settings import ApplySettings
 
 DELETE_WIDTH = ApplySettings().delete_concurrency
@@ -253,7 +253,7 @@ def main() -> int:
         return seconds
 
     git(repo, "reset", "-q", "--hard", full)
-    specs = vm_specs(load_repo(repo), name=floor_name)
+    specs = vm_specs(load_repo_at(repo), name=floor_name)
     # the floor's deletes on as many connections as proxyfleet's lanes, each its own link
     floor_conns = [
         LibvirtHost(host, lab_ssh(lab)).session.connection() for _ in range(lanes_for(width))

@@ -54,7 +54,7 @@ from benchmarks.common import (
 )
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.plan.planner import plan
 from reconciler.engine.observe import observe
 from reconciler.model import Repo
@@ -70,7 +70,7 @@ def write_repo(root: Path, per_host: int) -> Repo:
     (root / "fleet.yaml").write_text(
         fleet_yaml(FLEET, policy="prune: true\n    maxDeletesPerRun: 5\n    drift: detect")
     )
-    fleet = load_repo(root).fleet
+    fleet = load_repo_at(root).fleet
     (root / "proxies.yaml").write_text(
         "---\n".join(
             proxy_yaml(f"f{h:02d}-{i:03d}", zone=host.zone, host=host.name)
@@ -78,7 +78,7 @@ def write_repo(root: Path, per_host: int) -> Repo:
             for i in range(per_host)
         )
     )
-    return load_repo(root)
+    return load_repo_at(root)
 
 
 def rss_kib(field: str) -> int:
@@ -161,7 +161,7 @@ def main() -> int:
         # The parent brought the lab up; lab.json names its key and known_hosts.
         from lab import config
 
-        repo = load_repo(Path(args.repo))
+        repo = load_repo_at(Path(args.repo))
         lab_json = json.loads((config.STATE / "lab.json").read_text())
         hvs = {h.name: LibvirtHost(h, lab_ssh(lab_json)) for h in repo.fleet.hosts}
         try:

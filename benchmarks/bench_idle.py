@@ -46,7 +46,7 @@ from benchmarks.common import (
 )
 from benchmarks.specs import vm_specs
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.plan.planner import plan
 from reconciler.core.render.domainxml import domain_xml
 from reconciler.core.render.metadata import NAMESPACE
@@ -65,7 +65,7 @@ def write_repo(root: Path, proxies: int) -> Repo:
     (root / "proxies.yaml").write_text(
         "---\n".join(proxy_yaml(f"idle-{i:03d}") for i in range(proxies))
     )
-    return load_repo(root)
+    return load_repo_at(root)
 
 
 def owned_xml(repo: Repo, host_name: str | None = None) -> dict[str, str]:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
-from reconciler.adapters.hypervisor.download import ImageCache
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.download import ImageCache
 from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify

@@ -51,7 +51,7 @@ from benchmarks.common import (
     lab_ssh,
     lab_up,
 )
-from reconciler.adapters.hypervisor import uploadstream
+from reconciler.adapters.hypervisor.images import uploadstream
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.model import Image, ImageFormat
 from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings

@@ -37,7 +37,7 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.lanes import CALLS_PER_LANE
+from reconciler.adapters.hypervisor.transport.lanes import CALLS_PER_LANE
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml, plain_volume_xml
 from reconciler.core.render.seediso import seed_iso
 from reconciler.model.vm import VmSpec

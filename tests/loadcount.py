@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.model import Repo
 
 
 def count_loads(monkeypatch: pytest.MonkeyPatch, *modules: str) -> list[Path]:
-    """The root of every load through ``load_repo`` as each of ``modules`` (under
+    """The root of every load through ``load_repo_at`` as each of ``modules`` (under
     ``reconciler.``) imported it, in order."""
     seen: list[Path] = []
 
     def load(root: Path, **kwargs: Any) -> Repo:
         seen.append(root)
-        return load_repo(root, **kwargs)
+        return load_repo_at(root, **kwargs)
 
     for module in modules:
-        monkeypatch.setattr(f"reconciler.{module}.load_repo", load)
+        monkeypatch.setattr(f"reconciler.{module}.load_repo_at", load)
     return seen

@@ -111,7 +111,7 @@ from reconciler.model.fleet import (
 )
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.inventory import BaseSize, Capacity
-from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, Replace
+from reconciler.model.plan import Cleanup, Create, DomainRef, Relabel, RemoveBase, Replace
 from reconciler.model.vm import base_marker_name, base_volume_name, vm_volumes
 
 IMAGES = (
@@ -423,7 +423,7 @@ def apply_plan(
             assert host is not None and a.domain in host
             del host[a.domain]
             volumes[a.host or ""] -= set(vm_volumes(a.domain))
-        elif isinstance(a, Cleanup):
+        elif isinstance(a, Cleanup | RemoveBase):
             assert host is not None and a.domain not in host
             assert set(a.volumes) <= volumes[a.host or ""], "a cleanup of volumes not there"
             volumes[a.host or ""] -= set(a.volumes)

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from enginefakes import FleetRepo
 
-from reconciler.adapters.hypervisor.download import CachedImage, ImageCache
+from reconciler.adapters.hypervisor.images.download import CachedImage, ImageCache
 from reconciler.cli import apply, applyengine, build_parser
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.progress import show_progress_lines

@@ -19,7 +19,7 @@ from test_reconcile_fakehost import World
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Image, Plan
-from reconciler.model.plan import Cleanup
+from reconciler.model.plan import RemoveBase
 from reconciler.model.report import ActionOutcome, ActionResult, RunResult
 from reconciler.model.settings import ApplySettings
 
@@ -139,7 +139,7 @@ def test_a_pool_laid_out_by_key_is_taken_over_without_replacing_its_vms(
 
 
 def remove_base(base: str) -> Action:
-    return Cleanup(reason="unused", host="kvm01", volumes=(base, f"{base}.sha256"))
+    return RemoveBase(reason="unused", host="kvm01", base=base, volumes=(base, f"{base}.sha256"))
 
 
 def execute(fake: FakeHypervisor, *actions: Action) -> tuple[ActionOutcome, ...]:

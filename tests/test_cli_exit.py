@@ -16,10 +16,10 @@ from daemonutil import real_daemon
 from enginefakes import FleetRepo
 from reports import ready, report
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.surface.controlsocket import ControlServer
 from reconciler.cli import apply, build_parser, command, exitcodes, main, reconcile
 from reconciler.core.load.inventory import dump_inventory
-from reconciler.core.load.manifests import load_repo
 from reconciler.engine.control import run_summary
 from reconciler.errors import TransientError
 from reconciler.model import HostInventory, Inventory
@@ -78,7 +78,7 @@ def _plan(repo: Path, inventory: Inventory, tmp_path: Path) -> int:
 
 
 def test_plan_exits_2_for_changes_and_3_when_a_host_was_not_read(tmp_path: Path) -> None:
-    repo = load_repo(EXAMPLE)
+    repo = load_repo_at(EXAMPLE)
     names = [h.name for h in repo.fleet.hosts]
     empty = Inventory(hosts=tuple(HostInventory(n, True) for n in names))
     unread = Inventory(hosts=tuple(HostInventory(n, False, error="ssh: refused") for n in names))

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load import cloudconfig
-from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.yamlload import ValueBudget
 from reconciler.errors import InvalidInput
 
@@ -44,7 +45,7 @@ spec:
 FIRST = HEAD.count("\n") + 1  # the manifest line of userData's first line
 
 
-def problems(tmp_path: Path, user_data: str) -> list[str]:
+def problems(tmp_path: Path, user_data: str, memo: LoadMemo | None = None) -> list[str]:
     """What loading a one-proxy repo with this userData (as a block scalar) reports."""
     (tmp_path / "fleet.yaml").write_text(FLEET)
     body = "".join(f"      {line}\n" if line else "\n" for line in user_data.splitlines())
@@ -52,7 +53,7 @@ def problems(tmp_path: Path, user_data: str) -> list[str]:
     (tmp_path / "secrets").mkdir(exist_ok=True)
     (tmp_path / "secrets" / "pw.age").write_bytes(b"age file stand-in; never decrypted here")
     try:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path, memo=memo)
     except InvalidInput as exc:
         return [str(p) for p in exc.problems]
     return []
@@ -139,7 +140,7 @@ def test_a_one_line_user_data_is_reported_at_its_value(tmp_path: Path) -> None:
         HEAD.replace("userData: |\n", 'userData: "#cloud-config\\npackges: [squid]\\n"\n')
     )
     with pytest.raises(InvalidInput) as exc:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
     (problem,) = exc.value.problems
     assert (problem.line, problem.column) == (FIRST - 1, 15)
     assert "unknown key 'packges' (did you mean 'packages'?)" in problem.message
@@ -155,7 +156,7 @@ def test_the_shipped_schema_is_cloud_init_22_4_2s_unchanged() -> None:
 
 
 def test_the_example_repo_and_the_labs_squid_user_data_pass(tmp_path: Path) -> None:
-    load_repo(ROOT / "examples" / "fleet-repo")
+    load_repo_at(ROOT / "examples" / "fleet-repo")
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "lab"))
@@ -175,11 +176,11 @@ def test_each_distinct_cloud_config_is_checked_once_however_often_it_is_loaded(
         return real(text, budget)
 
     monkeypatch.setattr(cloudconfig, "_check_text", counting)
-    monkeypatch.setattr(cloudconfig, "_CACHE", {})
-    user_data = "#cloud-config\npackges: [squid]\n"
-    first = problems(tmp_path, user_data)
-    assert problems(tmp_path, user_data) == first and len(first) == 1
+    user_data, memo = "#cloud-config\npackges: [squid]\n", LoadMemo()
+    first = problems(tmp_path, user_data, memo)
+    assert problems(tmp_path, user_data, memo) == first and len(first) == 1
     assert len(calls) == 1
+    assert problems(tmp_path, user_data) == first and len(calls) == 2  # no memo: checked again
 
 
 def test_an_unknown_key_that_is_not_a_plain_word_is_reported_without_its_text(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from reconciler.adapters.hypervisor.fakeconsole import FakeConsole
+from reconciler.adapters.hypervisor.console.fakeconsole import FakeConsole
 from reconciler.cli.console import find_vm, raw_mode, session
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner
 

@@ -1,5 +1,5 @@
 """The daemon's hosts keep owners between cycles; one-shot commands' hosts read every owner
-(reconciler.adapters.hypervisor.ownerwatch; the events themselves:
+(reconciler.adapters.hypervisor.transport.ownerwatch; the events themselves:
 tests/integration/test_host_owner_watch.py)."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.adapters.hypervisor.download import CachedImage, ImageCache
-from reconciler.adapters.hypervisor.imageurls import check_url, redact
+from reconciler.adapters.hypervisor.images.download import CachedImage, ImageCache
+from reconciler.adapters.hypervisor.images.imageurls import check_url, redact
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Image
 
@@ -164,7 +164,7 @@ def test_an_image_without_sha_is_not_rehashed_on_reuse(
     def no_hashing(path: Path) -> str:
         raise AssertionError(f"re-hashed {path}")
 
-    monkeypatch.setattr("reconciler.adapters.hypervisor.download._hash_file", no_hashing)
+    monkeypatch.setattr("reconciler.adapters.hypervisor.images.download._hash_file", no_hashing)
     again = cache.fetch(image(server.url("/d.qcow2")))
     assert again.sha256 == PAYLOAD_SHA
     assert server.hits["/d.qcow2"] == 1

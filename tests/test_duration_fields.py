@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_manifests import MINIMAL_FLEET, write_repo
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.settings import parse_settings
 from reconciler.errors import ConfigError, InvalidInput
 
@@ -67,7 +67,7 @@ def test_a_proxys_health_times_take_durations(tmp_path: Path) -> None:
         "  placement: {zone: z1, image: deb, machineType: small}\n"
         "  health: {timeoutSeconds: 5s, replaceAfterSeconds: 15m, restartWindowSeconds: 2h}\n"
     )
-    repo = load_repo(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy}))
+    repo = load_repo_at(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy}))
     health = repo.proxies[0].health
     assert (health.timeout_seconds, health.replace_after_seconds) == (5.0, 900.0)
     assert health.restart_window_seconds == 7200.0
@@ -80,7 +80,7 @@ def test_a_malformed_duration_is_named_with_its_file_line_and_field(tmp_path: Pa
         "  health: {timeoutSeconds: soon, restartWindowSeconds: 90.5s}\n"
     )
     with pytest.raises(InvalidInput) as err:
-        load_repo(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy}))
+        load_repo_at(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy}))
     problems = [str(p) for p in err.value.problems]
     assert (
         "p1.yaml:6:28: spec.health.timeoutSeconds: must be seconds or a duration such as "

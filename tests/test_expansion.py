@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import DiskRepoFiles, load_repo_at
 from reconciler.core.load import cloudconfig, proxyset, repofiles
 from reconciler.core.load.expansion import ExpandLimits
-from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.yamlload import ValueBudget
 from reconciler.errors import InvalidInput, Problem
 from tests.test_manifests import write_repo
@@ -25,7 +26,7 @@ def proxy_set(name: str, replicas: int | str, *, cloud_init: str = "") -> str:
 
 def problems(root: Path, expand: ExpandLimits | None = None) -> list[str]:
     with pytest.raises(InvalidInput) as caught:
-        load_repo(root, expand=expand or ExpandLimits())
+        load_repo_at(root, expand=expand or ExpandLimits())
     return [str(p) for p in caught.value.problems]
 
 
@@ -84,7 +85,7 @@ def test_substituted_user_data_past_the_limit_is_one_problem_at_the_file_field(
         "substituted, exceeds the limit of 10000 bytes in total (each ProxySet member holds "
         "its own copy); the proxies from here on were not checked"
     ]
-    assert load_repo(tmp_path).proxies[99].name == "web-99"  # the default fits it
+    assert load_repo_at(tmp_path).proxies[99].name == "web-99"  # the default fits it
 
 
 def test_distinct_cloud_configs_past_the_limit_stop_the_check_with_one_problem(
@@ -98,7 +99,6 @@ def test_distinct_cloud_configs_past_the_limit_stop_the_check_with_one_problem(
         return real(text, budget)
 
     monkeypatch.setattr(cloudconfig, "_check_text", counting)
-    monkeypatch.setattr(cloudconfig, "_CACHE", {})
     user_data = (
         "  cloudInit:\n    userData: |\n      #cloud-config\n      hostname: ${proxy.name}\n"
     )
@@ -120,13 +120,13 @@ def test_yaml_values_past_the_budget_stop_the_reading_at_the_file_that_crosses_i
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[str] = []
-    real = repofiles.Reader.read
+    real = DiskRepoFiles.read
 
-    def recording(self: repofiles.Reader, rel: str) -> bytes | Problem:
+    def recording(self: DiskRepoFiles, rel: str) -> bytes | Problem:
         read.append(rel)
         return real(self, rel)
 
-    monkeypatch.setattr(repofiles.Reader, "read", recording)
+    monkeypatch.setattr(DiskRepoFiles, "read", recording)
     files = {f"m{n}.yaml": "[" + ",".join("1" * 400) + "]\n" for n in range(4)}
     write_repo(tmp_path, {"fleet.yaml": FLEET, **files})
 
@@ -142,10 +142,10 @@ def test_yaml_values_past_the_budget_stop_the_reading_at_the_file_that_crosses_i
 def test_a_folder_without_fleet_yaml_is_refused_before_any_file_is_walked_or_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(root: Path) -> list[repofiles.Entry]:
-        raise AssertionError(f"walked {root}")
+    def refuse(files: DiskRepoFiles) -> list[repofiles.Entry]:
+        raise AssertionError(f"walked {files}")
 
-    monkeypatch.setattr(repofiles, "walk", refuse)
+    monkeypatch.setattr(DiskRepoFiles, "walk", refuse)
     write_repo(tmp_path, {"notes/a.yaml": "kind: Proxy\n", "b.yaml": "x: 1\n"})
 
     assert problems(tmp_path) == [
@@ -179,7 +179,8 @@ def test_checking_against_the_modules_naming_its_keys_finds_what_the_whole_schem
 
 def test_a_cached_cloud_config_charges_the_budget_as_the_first_check_did() -> None:
     text = "#cloud-config\nhostname: a-cached-text\npackages: [squid, curl]\n"
-    first, second = ValueBudget(1000), ValueBudget(1000)
+    first, second, memo = ValueBudget(1000), ValueBudget(1000), LoadMemo()
 
-    assert cloudconfig.findings(text, first) == cloudconfig.findings(text, second) == ()
+    found = cloudconfig.findings(text, first, memo=memo)
+    assert found == cloudconfig.findings(text, second, memo=memo) == ()
     assert first.used == second.used > 0

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 from test_manifests import MINIMAL_FLEET, write_repo
 from test_seediso import make_spec, read_iso
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.render.domainxml import domain_xml
 from reconciler.core.render.netconfig import network_config
@@ -112,7 +112,7 @@ spec:
 def test_spec_network_loads_into_the_proxy_and_a_changed_address_changes_its_digest(
     tmp_path: Path,
 ) -> None:
-    repo = load_repo(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p.yaml": FIXED_PROXY}))
+    repo = load_repo_at(write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p.yaml": FIXED_PROXY}))
     proxy = repo.proxies[0]
     host = repo.fleet.hosts[0]
     image, machine_type = repo.fleet.images[0], repo.fleet.machine_types[0]

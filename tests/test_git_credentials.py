@@ -20,7 +20,7 @@ from reports import report
 from reconciler.adapters.git import credentials
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.settings import parse_settings
 from reconciler.core.render.seediso import seed_iso
 from reconciler.errors import ConfigError, SourceError
@@ -66,7 +66,7 @@ def files_holding(directory: Path, needle: str) -> list[str]:
 
 
 def seeds(root: Path) -> list[bytes]:
-    repo = load_repo(root)
+    repo = load_repo_at(root)
     fleet = repo.fleet
     return [
         seed_iso(

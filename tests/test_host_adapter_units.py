@@ -12,19 +12,19 @@ import libvirt
 import paramiko
 import pytest
 
-from reconciler.adapters.hypervisor.addresses import domain_addresses, usable_ipv4
-from reconciler.adapters.hypervisor.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.libvirterrors import classify, code_name
+from reconciler.adapters.hypervisor.images.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.adapters.hypervisor.ssh import (
+from reconciler.adapters.hypervisor.observe.addresses import domain_addresses, usable_ipv4
+from reconciler.adapters.hypervisor.transport.libvirterrors import classify, code_name
+from reconciler.adapters.hypervisor.transport.ssh import (
     SshConnection,
     check_host_key,
     fingerprint,
     load_private_key,
 )
-from reconciler.adapters.hypervisor.sshbridge import SocketBridge
-from reconciler.adapters.hypervisor.sshpaths import known_hosts_name
+from reconciler.adapters.hypervisor.transport.sshbridge import SocketBridge
+from reconciler.adapters.hypervisor.transport.sshpaths import known_hosts_name
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostNetwork, Image
 from reconciler.model.settings import SshSettings

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from reports import report
 from test_manifests import MINIMAL_FLEET, MINIMAL_PROXY, write_repo
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import main
 from reconciler.cli.status import render_status
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.status import statusdoc
 from reconciler.core.status.statusmd import render_markdown
 from reconciler.model import HostState
@@ -44,7 +44,7 @@ def test_a_hosts_state_is_read_from_fleet_yaml_and_is_active_when_left_out(tmp_p
     )
     write_repo(tmp_path, {"fleet.yaml": two_hosts, "p1.yaml": MINIMAL_PROXY})
 
-    hosts = load_repo(tmp_path).fleet.hosts
+    hosts = load_repo_at(tmp_path).fleet.hosts
 
     assert [(h.name, h.state, h.schedulable) for h in hosts] == [
         ("h1", HostState.DRAINING, False),

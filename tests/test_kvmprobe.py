@@ -11,7 +11,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters.hypervisor.kvmprobe import _watch
+from reconciler.adapters.hypervisor.hostcheck.kvmprobe import _watch
 from reconciler.core.render import kvmprobe
 from reconciler.core.render.domainxml import cpu_element
 from reconciler.core.render.kvmprobe import (

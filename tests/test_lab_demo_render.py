@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from lab.demo import EXAMPLE, LAB_CLIENTS, admit_lab, render_files
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 
 LAB = {
     "image": {"url": "http://127.0.0.1:8079/debian.qcow2", "sha256": "ab" * 32},
@@ -25,8 +25,8 @@ LAB = {
 def test_every_example_squid_acl_admits_the_lab_and_nothing_else_changes(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE, tmp_path / "repo")
     render_files(tmp_path / "repo", LAB)
-    examples = {p.name: p.cloud_init.user_data for p in load_repo(Path(EXAMPLE)).proxies}
-    rendered = {p.name: p.cloud_init.user_data for p in load_repo(tmp_path / "repo").proxies}
+    examples = {p.name: p.cloud_init.user_data for p in load_repo_at(Path(EXAMPLE)).proxies}
+    rendered = {p.name: p.cloud_init.user_data for p in load_repo_at(tmp_path / "repo").proxies}
     assert examples and rendered.keys() == examples.keys()
     for name, before in examples.items():
         after = rendered[name]
@@ -48,7 +48,7 @@ def test_the_rendered_example_points_every_proxy_at_the_lab(tmp_path: Path) -> N
     shutil.copytree(EXAMPLE, tmp_path / "repo")
     render_files(tmp_path / "repo", LAB)
 
-    repo = load_repo(tmp_path / "repo")
+    repo = load_repo_at(tmp_path / "repo")
 
     assert {p.health.probe_url for p in repo.proxies} == {LAB["probeUrl"]}
     assert {h.name for h in repo.fleet.hosts} == {"lab-1", "lab-2", "lab-3"}

@@ -1,10 +1,10 @@
-"""Which lane a thread's libvirt calls take (reconciler.adapters.hypervisor.lanes)."""
+"""Which lane a thread's libvirt calls take (reconciler.adapters.hypervisor.transport.lanes)."""
 
 from __future__ import annotations
 
 import threading
 
-from reconciler.adapters.hypervisor.lanes import CALLS_PER_LANE, Lane, Lanes
+from reconciler.adapters.hypervisor.transport.lanes import CALLS_PER_LANE, Lane, Lanes
 
 
 def hold_at_once(lanes: Lanes, count: int) -> list[Lane]:

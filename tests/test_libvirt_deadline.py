@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from reconciler.adapters.hypervisor.deadline import Deadline, Watchdog
+from reconciler.adapters.hypervisor.transport.deadline import Deadline, Watchdog
 
 
 class Expiry:

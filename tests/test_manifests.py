@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
+from reconciler.adapters.repo.diskfiles import load_repo_at, manifest_files
 from reconciler.cli import main
-from reconciler.core.load.manifests import load_repo, manifest_files
 from reconciler.core.load.yamlload import load_documents
 from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.errors import InvalidInput
@@ -76,11 +76,11 @@ def write_repo(root: Path, files: dict[str, str]) -> Path:
 
 def minimal_repo(tmp_path: Path) -> Repo:
     write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": MINIMAL_PROXY})
-    return load_repo(tmp_path)
+    return load_repo_at(tmp_path)
 
 
 def test_example_repo_loads_its_fleet(example_repo: Path) -> None:
-    fleet = load_repo(example_repo).fleet
+    fleet = load_repo_at(example_repo).fleet
 
     assert fleet.name == "home"
     assert [i.key for i in fleet.images] == ["ubuntu-22.04", "ubuntu-24.04"]
@@ -116,7 +116,7 @@ def test_example_repo_loads_its_fleet(example_repo: Path) -> None:
 
 
 def test_example_repo_loads_five_proxies_sorted_by_name(example_repo: Path) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
 
     assert [p.name for p in repo.proxies] == [
         "home-0",
@@ -144,7 +144,7 @@ def test_example_repo_loads_five_proxies_sorted_by_name(example_repo: Path) -> N
 
 
 def test_example_proxies_carry_a_squid_cloud_config_on_3128(example_repo: Path) -> None:
-    for proxy in load_repo(example_repo).proxies:
+    for proxy in load_repo_at(example_repo).proxies:
         user_data = proxy.cloud_init.user_data
         assert user_data.startswith("#cloud-config\n"), proxy.name
         assert "- squid\n" in user_data
@@ -156,7 +156,7 @@ def test_second_document_of_a_file_keeps_its_own_line_numbers(tmp_path: Path) ->
     second = MINIMAL_PROXY.replace("name: p1", "name: p2")
     write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p.yaml": f"{MINIMAL_PROXY}---\n{second}"})
 
-    repo = load_repo(tmp_path)
+    repo = load_repo_at(tmp_path)
 
     assert [p.location for p in repo.proxies] == [
         Location("p.yaml", 1, 1),
@@ -167,7 +167,7 @@ def test_second_document_of_a_file_keeps_its_own_line_numbers(tmp_path: Path) ->
 def test_the_example_proxysets_members_carry_the_location_of_its_document(
     example_repo: Path,
 ) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
 
     members = [p for p in repo.proxies if p.name in ("home-0", "home-1")]
     assert [p.location for p in members] == [Location("proxies/home.yaml", 4, 1)] * 2
@@ -329,7 +329,7 @@ spec:
 def test_user_data_reaches_the_model_byte_for_byte(tmp_path: Path) -> None:
     write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": TRICKY_PROXY})
 
-    cloud = load_repo(tmp_path).proxies[0].cloud_init
+    cloud = load_repo_at(tmp_path).proxies[0].cloud_init
 
     assert cloud.user_data == (
         "#!/bin/sh\n"
@@ -347,7 +347,7 @@ def test_user_data_reaches_the_model_byte_for_byte(tmp_path: Path) -> None:
 def test_cloud_init_stays_out_of_the_proxy_repr(tmp_path: Path) -> None:
     write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": TRICKY_PROXY})
 
-    assert "motd" not in repr(load_repo(tmp_path).proxies[0])
+    assert "motd" not in repr(load_repo_at(tmp_path).proxies[0])
 
 
 def test_files_the_daemon_writes_and_dot_directories_are_not_manifests(tmp_path: Path) -> None:
@@ -364,7 +364,7 @@ def test_files_the_daemon_writes_and_dot_directories_are_not_manifests(tmp_path:
     )
 
     assert manifest_files(tmp_path) == ["fleet.yaml", "proxies/p1.yml"]
-    assert [p.name for p in load_repo(tmp_path).proxies] == ["p1"]
+    assert [p.name for p in load_repo_at(tmp_path).proxies] == ["p1"]
 
 
 def test_empty_documents_in_a_multi_document_file_are_skipped(tmp_path: Path) -> None:
@@ -380,7 +380,7 @@ def test_empty_documents_in_a_multi_document_file_are_skipped(tmp_path: Path) ->
         },
     )
 
-    assert [p.name for p in load_repo(tmp_path).proxies] == ["p1", "p2"]
+    assert [p.name for p in load_repo_at(tmp_path).proxies] == ["p1", "p2"]
 
 
 def test_a_file_that_is_not_utf8_is_reported_not_raised(tmp_path: Path) -> None:
@@ -388,7 +388,7 @@ def test_a_file_that_is_not_utf8_is_reported_not_raised(tmp_path: Path) -> None:
     (tmp_path / "p1.yaml").write_bytes(b"kind: Proxy\nmetadata:\n  name: \xff\n")
 
     with pytest.raises(InvalidInput) as caught:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     assert [str(p) for p in caught.value.problems] == [
         "p1.yaml:3:9: not UTF-8 text (invalid start byte)"
@@ -407,7 +407,7 @@ def test_errors_come_sorted_by_file_then_line(tmp_path: Path) -> None:
     )
 
     with pytest.raises(InvalidInput) as caught:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     assert [(p.file, p.line) for p in caught.value.problems] == [
         ("a.yaml", 5),
@@ -423,7 +423,7 @@ def test_yaml_anchors_and_merge_keys_resolve(tmp_path: Path) -> None:
     ) + textwrap.indent("- <<: *base\n  name: h2\n  address: 10.0.0.2\n", "    ")
     write_repo(tmp_path, {"fleet.yaml": fleet, "p1.yaml": MINIMAL_PROXY})
 
-    hosts = load_repo(tmp_path).fleet.hosts
+    hosts = load_repo_at(tmp_path).fleet.hosts
 
     assert [(h.name, h.address, h.zone, h.network) for h in hosts] == [
         ("h1", "10.0.0.1", "z1", HostNetwork(kind="network", name="default")),
@@ -466,7 +466,7 @@ def test_windows_line_endings_give_the_same_user_data(tmp_path: Path) -> None:
     (crlf / "fleet.yaml").write_bytes(MINIMAL_FLEET.replace("\n", "\r\n").encode())
     (crlf / "p1.yaml").write_bytes(TRICKY_PROXY.replace("\n", "\r\n").encode())
 
-    assert load_repo(crlf).proxies[0].cloud_init == load_repo(unix).proxies[0].cloud_init
+    assert load_repo_at(crlf).proxies[0].cloud_init == load_repo_at(unix).proxies[0].cloud_init
 
 
 def round_trip(value: str) -> object:

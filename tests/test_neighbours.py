@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler.adapters.hypervisor.neighbours import arp_ipv4
+from reconciler.adapters.hypervisor.observe.neighbours import arp_ipv4
 
 TABLE = """\
 IP address       HW type     Flags       HW address            Mask     Device

@@ -1,5 +1,5 @@
 """How many metadata readers one host's observe gets: four alone, fewer when the
-process observes many hosts at once (reconciler.adapters.hypervisor.hostobserve)."""
+process observes many hosts at once (reconciler.adapters.hypervisor.observe.hostobserve)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from reconciler.adapters.hypervisor.hostobserve import (
+from reconciler.adapters.hypervisor.observe.hostobserve import (
     OBSERVE_READS,
     READS_IN_FLIGHT,
     _Observing,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.adapters.hypervisor.hostobserve import observe_host
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
+from reconciler.adapters.hypervisor.observe.hostobserve import observe_host
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache
 from reconciler.core.render.metadata import owner_xml
 from reconciler.model import Domain, DomainState, Host
 from tests.test_observe_turns import NETWORK, RUNNING, Dom, Images, Session, owner

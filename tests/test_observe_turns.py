@@ -8,8 +8,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-from reconciler.adapters.hypervisor.hostobserve import observe_host
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
+from reconciler.adapters.hypervisor.observe.hostobserve import observe_host
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache
 from reconciler.core.render.metadata import owner_xml
 from reconciler.errors import NotFoundError
 from reconciler.model import DomainState, Host, HostNetwork, Owner

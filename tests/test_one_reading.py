@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import DiskRepoFiles, load_repo_at
 from reconciler.core.load import manifests, reading
-from reconciler.core.load.repofiles import Reader
 from reconciler.core.load.yamlload import Document
 from reconciler.errors import InvalidInput
 from tests.test_manifests import MINIMAL_FLEET, MINIMAL_PROXY, write_repo
@@ -54,9 +54,9 @@ def test_each_manifest_file_is_read_and_parsed_once_per_load(
     )
     reads: Counter[str] = Counter()
     parses: Counter[str] = Counter()
-    real_read, real_parse = Reader.read, manifests.load_documents
+    real_read, real_parse = DiskRepoFiles.read, manifests.load_documents
 
-    def read(self: Reader, rel: str) -> Any:
+    def read(self: DiskRepoFiles, rel: str) -> Any:
         reads[rel] += 1
         return real_read(self, rel)
 
@@ -64,10 +64,10 @@ def test_each_manifest_file_is_read_and_parsed_once_per_load(
         parses[file] += 1
         return real_parse(text, file, **options)
 
-    monkeypatch.setattr(Reader, "read", read)
+    monkeypatch.setattr(DiskRepoFiles, "read", read)
     monkeypatch.setattr(manifests, "load_documents", parse)
 
-    repo = manifests.load_repo(tmp_path)
+    repo = load_repo_at(tmp_path)
 
     assert [proxy.name for proxy in repo.proxies] == ["p1", "p2"]
     assert reads == parses == {"fleet.yaml": 1, "p1.yaml": 1, "p2.yaml": 1}
@@ -81,7 +81,7 @@ def test_nothing_after_a_documents_reading_looks_at_its_values(
     write_repo(tmp_path, {"fleet.yaml": MINIMAL_FLEET, "p1.yaml": proxy, "p2.yaml": SECOND_PROXY})
     readings = _spend_after_reading(monkeypatch)
 
-    repo = manifests.load_repo(tmp_path)
+    repo = load_repo_at(tmp_path)
 
     assert readings == {"fleet.yaml": 1, "p1.yaml": 1, "p2.yaml": 1}
     assert repo.fleet.hosts[0].name == "h1"
@@ -99,7 +99,7 @@ def test_invalid_documents_are_cross_checked_from_their_reading_alone(
     readings = _spend_after_reading(monkeypatch)
 
     with pytest.raises(InvalidInput) as caught:
-        manifests.load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     assert readings == {"fleet.yaml": 1, "p1.yaml": 1, "p2.yaml": 1}
     unknown = "unknown machine type 'smal' (did you mean 'small'?); fleet.yaml has: small"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.hypervisor.opensshforward import (
+from reconciler.adapters.hypervisor.transport.opensshforward import (
     OpenSshForward,
     SshUnreachable,
     listening,
@@ -237,7 +237,7 @@ def test_a_process_killed_with_sigkill_takes_its_ssh_child_with_it(tmp_path: Pat
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from reconciler.adapters.hypervisor.opensshforward import OpenSshForward\n"
+        "from reconciler.adapters.hypervisor.transport.opensshforward import OpenSshForward\n"
         "from reconciler.model import Host, HostNetwork\n"
         "from reconciler.model.settings import SshSettings\n"
         "host = Host(name='kvm01', address='10.0.0.5', zone='a',"

@@ -1,4 +1,4 @@
-"""The daemon's owners kept between observes (reconciler.adapters.hypervisor.ownerwatch):
+"""The daemon's owners kept between observes (reconciler.adapters.hypervisor.transport.ownerwatch):
 a text is trusted from its read until an event names its domain, and a read that may
 predate a change is never kept. The events themselves, from a real libvirtd, are
 tests/integration/test_host_owner_watch.py's."""
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from reconciler.adapters.hypervisor import ownerwatch
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
+from reconciler.adapters.hypervisor.transport import ownerwatch
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache
 
 TEXT = "<owner fleet='f' proxy='a'/>"
 

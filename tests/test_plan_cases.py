@@ -38,6 +38,7 @@ from reconciler.model.plan import (
     Cleanup,
     Create,
     Relabel,
+    RemoveBase,
     Replace,
     blocked_kind,
     replaced,
@@ -242,7 +243,7 @@ def _assert_one_address(repo: Repo, inventory: Inventory, a: Action) -> None:
 def _assert_safe_cleanup(repo: Repo, inventory: Inventory, result: Plan, a: Action) -> None:
     """A cleanup names only this fleet's volume names, present on its host, of a domain that
     neither exists there nor is named by any other action of the plan on that host."""
-    assert isinstance(a, Cleanup | Blocked)
+    assert isinstance(a, Cleanup | RemoveBase | Blocked)
     host = inventory.host(a.host or "")
     assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
     if a.domain is None:
@@ -263,7 +264,7 @@ def _assert_safe_base_cleanup(repo: Repo, host: HostInventory, result: Plan, a: 
     """A base cleanup names a base (then its marker) present on its host that no image of the
     repo and no VM of this fleet there uses, on a host no other fleet shares and that gets no
     new VM in this plan."""
-    assert isinstance(a, Cleanup | Blocked) and a.proxy is None and a.digest is None
+    assert isinstance(a, RemoveBase | Blocked) and a.proxy is None and a.digest is None
     assert a.volumes and set(a.volumes) <= set(host.volumes)
     base = a.volumes[0].removesuffix(MARKER_SUFFIX)
     assert is_base_volume(base)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.cli import main
 from reconciler.cli.plan import render_plan
 from reconciler.core.load.inventory import dump_inventory
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.naming import domain_name, resolve_image
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.model import Domain, DomainState, HostInventory, Inventory, Owner, Repo
@@ -60,7 +60,7 @@ def _write(tmp_path: Path, inventory: Inventory) -> Path:
 def test_an_up_to_date_fleet_plans_no_changes_and_exits_0(
     example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
     inventory = _write(tmp_path, _converged(repo))
     code = main(["plan", "--repo", str(example_repo), "--inventory", str(inventory)])
     out = capsys.readouterr().out
@@ -91,7 +91,7 @@ def _drifted(repo: Repo) -> Inventory:
 def test_a_drifted_fleet_with_a_host_unread_lists_changes_with_symbols_and_exits_3(
     example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
     inventory = _write(tmp_path, _drifted(repo))
     code = main(["plan", "--repo", str(example_repo), "--inventory", str(inventory)])
     out = capsys.readouterr().out
@@ -114,7 +114,7 @@ def test_a_drifted_fleet_with_a_host_unread_lists_changes_with_symbols_and_exits
 def test_json_output_has_the_documented_fields_and_summary(
     example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
     inventory = _write(tmp_path, _drifted(repo))
     code = main(["plan", "--repo", str(example_repo), "--inventory", str(inventory), "--json"])
     document = json.loads(capsys.readouterr().out)
@@ -160,7 +160,7 @@ def test_json_output_has_the_documented_fields_and_summary(
 def test_a_changed_protect_flag_is_a_relabel_listed_with_a_tilde_and_exits_2(
     example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
     protected = next(p for p in repo.proxies if p.lifecycle.protect)
     converged = _converged(repo)
     hosts = []
@@ -210,7 +210,7 @@ def test_an_invalid_repo_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_colour_marks_each_listed_line_when_asked(example_repo: Path) -> None:
     from reconciler.core.plan.planner import plan
 
-    repo = load_repo(example_repo)
+    repo = load_repo_at(example_repo)
     text = render_plan(plan(repo, _drifted(repo)), color=True)
     assert "\033[33m-/+ replace" in text
     assert text.splitlines()[-1].startswith("Plan:")

@@ -42,6 +42,7 @@ from reconciler.model.plan import (
     Create,
     Delete,
     Relabel,
+    RemoveBase,
     Replace,
     blocked_kind,
     replaced,
@@ -256,11 +257,11 @@ def _assert_cleanups_touch_only_unused_volumes_of_this_fleet(
 ) -> None:
     named = [(a.host, a.domain) for a in actions if a.kind is not ActionKind.CLEANUP]
     for a in actions:
-        if not isinstance(a, Cleanup):
+        if not isinstance(a, Cleanup | RemoveBase):
             continue
         host = inventory.host(a.host or "")
         assert host is not None and host.reachable and repo.fleet.host(host.name) is not None
-        if a.domain is None:
+        if isinstance(a, RemoveBase):
             _assert_base_unused(repo, host, actions, a)
             continue
         assert a.domain not in {d.name for d in host.domains}, "volumes of a domain cleaned up"
@@ -271,11 +272,12 @@ def _assert_cleanups_touch_only_unused_volumes_of_this_fleet(
 
 
 def _assert_base_unused(
-    repo: Repo, host: HostInventory, actions: tuple[Action, ...], a: Cleanup
+    repo: Repo, host: HostInventory, actions: tuple[Action, ...], a: RemoveBase
 ) -> None:
     """A base cleanup removes a base (and its marker) that nothing of the repo, of the plan
     or of any VM on a host no other fleet shares uses, on a host that gets no new VM."""
-    base = a.volumes[0].removesuffix(MARKER_SUFFIX)
+    base = a.base
+    assert a.volumes[0].removesuffix(MARKER_SUFFIX) == base
     assert is_base_volume(base) and set(a.volumes) <= {base, base_marker_name(base)}
     assert set(a.volumes) <= set(host.volumes)
     new = [b for b in actions if isinstance(b, Create | Replace)]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.hypervisor import uploadstream
+from reconciler.adapters.hypervisor.images import uploadstream
 from reconciler.cli.progress import detail
 from reconciler.progress import ProgressEvent
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.proxydefaults import merge
 from reconciler.core.load.schemacheck import SCHEMA_FILES, schema, validator
 from reconciler.core.load.yamlload import FieldPath
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def load_one(tmp_path: Path, spec: str) -> Proxy:
     proxy = f"kind: Proxy\nmetadata:\n  name: p1\nspec:\n{spec}"
     write_repo(tmp_path, {"fleet.yaml": FLEET, "p1.yaml": proxy})
-    return load_repo(tmp_path).proxies[0]
+    return load_repo_at(tmp_path).proxies[0]
 
 
 def test_a_proxy_that_says_nothing_takes_every_default(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_a_proxy_that_says_nothing_takes_every_default(tmp_path: Path) -> None:
 def test_a_proxy_without_a_spec_is_made_of_the_defaults_alone(tmp_path: Path) -> None:
     write_repo(tmp_path, {"fleet.yaml": FLEET, "p1.yaml": "kind: Proxy\nmetadata: {name: p1}\n"})
 
-    (proxy,) = load_repo(tmp_path).proxies
+    (proxy,) = load_repo_at(tmp_path).proxies
 
     assert proxy.placement.image == "deb" and proxy.health.proxy_port == 8080
 
@@ -103,7 +103,7 @@ def test_a_problem_in_inherited_user_data_points_into_fleet_yaml(tmp_path: Path)
     )
 
     with pytest.raises(InvalidInput) as caught:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     (problem,) = caught.value.problems
     assert (problem.file, problem.line, problem.column) == ("fleet.yaml", 24, 19)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from planworld import build_inventory
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.plan.digest import proxy_digest
 from reconciler.core.plan.planner import plan
 from reconciler.errors import InvalidInput
@@ -82,7 +82,7 @@ def set_form(tmp_path: Path, replicas: int = 3) -> Repo:
             "proxies/web.yaml": proxyset(replicas),
         },
     )
-    return load_repo(tmp_path)
+    return load_repo_at(tmp_path)
 
 
 def test_a_proxyset_of_three_loads_as_proxies_named_set_0_to_set_2(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_a_proxyset_of_three_loads_as_proxies_named_set_0_to_set_2(tmp_path: Pat
 def test_rewriting_proxies_as_a_proxyset_with_shared_file_and_defaults_changes_no_digest(
     tmp_path: Path,
 ) -> None:
-    proxies = load_repo(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
+    proxies = load_repo_at(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
     sets = set_form(tmp_path / "b")
 
     assert sets.proxies == proxies.proxies
@@ -116,7 +116,7 @@ def test_rewriting_proxies_as_a_proxyset_with_shared_file_and_defaults_changes_n
 def test_converting_a_running_fleet_from_proxies_to_a_proxyset_plans_no_change(
     tmp_path: Path,
 ) -> None:
-    proxies = load_repo(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
+    proxies = load_repo_at(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
     running = build_inventory(
         proxies, {"h1": [{"proxy": "web-0"}, {"proxy": "web-2"}], "h2": [{"proxy": "web-1"}]}
     )
@@ -154,7 +154,7 @@ def test_replicas_zero_asks_for_no_proxy_but_still_checks_the_template(tmp_path:
     )
 
     with pytest.raises(InvalidInput) as caught:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     assert [p.field for p in caught.value.problems] == ["spec.placement.machineType"]
 
@@ -175,7 +175,7 @@ def test_a_sets_annotations_reach_every_member_so_restarted_at_rolls_them_all(
         },
     )
 
-    assert [p.restarted_at for p in load_repo(tmp_path).proxies] == ["2026-12-01"] * 2
+    assert [p.restarted_at for p in load_repo_at(tmp_path).proxies] == ["2026-12-01"] * 2
 
 
 def test_a_proxy_named_like_a_member_is_an_error_naming_both_documents(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def test_a_proxy_named_like_a_member_is_an_error_naming_both_documents(tmp_path:
     )
 
     with pytest.raises(InvalidInput) as caught:
-        load_repo(tmp_path)
+        load_repo_at(tmp_path)
 
     assert [str(p) for p in caught.value.problems] == [
         "b.yaml:3:9: metadata.name: duplicate proxy name 'web-1': a proxy of ProxySet 'web' "
@@ -200,7 +200,7 @@ def test_a_proxy_named_like_a_member_is_an_error_naming_both_documents(tmp_path:
 
 def test_a_proxyset_s_members_know_their_set_and_a_proxy_document_none(tmp_path: Path) -> None:
     sets = set_form(tmp_path / "b")
-    proxies = load_repo(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
+    proxies = load_repo_at(write_repo(tmp_path / "a", {"fleet.yaml": FLEET, "p.yaml": PROXY_FORM}))
 
     assert [p.proxy_set for p in sets.proxies] == ["web"] * 3
     assert {p.proxy_set for p in proxies.proxies} == {""}

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.load.manifests import load_repo
-from reconciler.core.load.repofiles import Reader, ReadLimits, walk
+from reconciler.adapters.repo.diskfiles import DiskRepoFiles, load_repo_at
+from reconciler.core.load.repofiles import ReadLimits
 from reconciler.errors import InvalidInput, Problem
 
 BASE = Path(__file__).parent / "hostile" / "base"
@@ -22,7 +22,7 @@ def copy_base(root: Path) -> None:
 
 def problems(root: Path, limits: ReadLimits = DEFAULT) -> list[str]:
     with pytest.raises(InvalidInput) as caught:
-        load_repo(root, limits=limits)
+        load_repo_at(root, limits=limits)
     return [str(p) for p in caught.value.problems]
 
 
@@ -30,7 +30,7 @@ def test_a_file_of_exactly_the_limit_is_read_and_one_byte_more_is_refused(tmp_pa
     copy_base(tmp_path)
     (tmp_path / "pad.yaml").write_text("#" + "x" * 98 + "\n")
     limits = ReadLimits(max_file_bytes=100, max_repo_bytes=10_000)
-    reader = Reader(tmp_path, limits)
+    reader = DiskRepoFiles(tmp_path, limits)
     assert isinstance(reader.read("pad.yaml"), bytes)
     (tmp_path / "pad.yaml").write_text("#" + "x" * 99 + "\n")
     assert reader.read("pad.yaml") == Problem(
@@ -58,13 +58,13 @@ def test_a_fifo_named_like_a_manifest_is_refused_without_blocking(tmp_path: Path
 
 def test_a_link_swapped_in_after_the_walk_is_still_not_followed(tmp_path: Path) -> None:
     copy_base(tmp_path)
-    entries = walk(tmp_path)
+    entries = DiskRepoFiles(tmp_path, DEFAULT).walk()
     assert [e.rel for e in entries if not e.problem] == ["fleet.yaml", "proxies/web-1.yaml"]
     secret = tmp_path.parent / "secret.txt"
     secret.write_text("password: Hunter2\n")
     (tmp_path / "proxies" / "web-1.yaml").unlink()
     (tmp_path / "proxies" / "web-1.yaml").symlink_to(secret)
-    read = Reader(tmp_path, ReadLimits()).read("proxies/web-1.yaml")
+    read = DiskRepoFiles(tmp_path, ReadLimits()).read("proxies/web-1.yaml")
     assert isinstance(read, Problem) and "symbolic link" in read.message
 
 
@@ -72,7 +72,7 @@ def test_links_outside_manifests_are_left_alone(tmp_path: Path) -> None:
     copy_base(tmp_path)
     (tmp_path / "README").symlink_to("/etc/hostname")
     (tmp_path / ".hidden").symlink_to("/etc")
-    assert load_repo(tmp_path).fleet.name == "hostile"
+    assert load_repo_at(tmp_path).fleet.name == "hostile"
 
 
 def open_fds() -> int:
@@ -90,7 +90,7 @@ def test_a_directory_or_fifo_where_a_file_is_expected_is_refused_and_leaks_no_de
     (tmp_path / "cloud-init" / "squid.cloud-config").mkdir(parents=True)
     (tmp_path / "secrets" / "pw.age").mkdir(parents=True)
     os.mkfifo(tmp_path / "secrets" / "fifo.age")
-    reader = Reader(tmp_path, DEFAULT)
+    reader = DiskRepoFiles(tmp_path, DEFAULT)
     before = open_fds()
 
     for _ in range(50):  # one leaked descriptor a load was one a daemon cycle

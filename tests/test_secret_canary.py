@@ -21,13 +21,13 @@ import pytest
 from enginefakes import FakeImages, FakeProber, FakeTime, FleetRepo
 from secretutil import make_identity, write_secret
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.secrets.agesecrets import load_identity
 from reconciler.adapters.state.historystore import FileHistoryStore
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.cli import apply, build_parser, main
 from reconciler.cli.logsetup import LogfmtFormatter
 from reconciler.core.load.inventory import dump_inventory
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.render.seediso import seed_files
 from reconciler.core.status import statusdoc
@@ -124,7 +124,7 @@ class Run:
         return code
 
     def plan(self, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-        repo = load_repo(self.root)
+        repo = load_repo_at(self.root)
         hosts = dict(self.world.hosts)
         inventory = self.state / "inventory.json"
         inventory.write_text(dump_inventory(observe(repo.fleet, hosts, timeout=2.0).inventory))

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from secretutil import make_identity, write_secret
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.secrets.agesecrets import AgeIdentity, load_identity
 from reconciler.cli import main
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, fingerprint
 from reconciler.core.plan.digest import proxy_digest
@@ -90,7 +90,7 @@ def test_a_secret_made_with_age_is_decrypted_into_the_seed_and_shown_nowhere_els
     root = repo_with(tmp_path, "web-1")
     write_secret(root, "squid-password", "s3cr3t-value-1\n", identity[1])
 
-    repo = load_repo(root, secrets=decrypting(identity[0]))
+    repo = load_repo_at(root, secrets=decrypting(identity[0]))
 
     cloud = repo.proxies[0].cloud_init
     assert "${secret:squid-password}" in cloud.user_data  # the text as written
@@ -122,7 +122,7 @@ def test_an_ascii_armored_secret_decrypts_too(tmp_path: Path, identity: tuple[Pa
     root = repo_with(tmp_path, "web-1")
     write_secret(root, "squid-password", "armored", identity[1], armor=True)
 
-    repo = load_repo(root, secrets=decrypting(identity[0]))
+    repo = load_repo_at(root, secrets=decrypting(identity[0]))
 
     assert repo.proxies[0].cloud_init.secrets[0].value == "armored"
 
@@ -132,21 +132,21 @@ def test_without_an_identity_validate_only_needs_each_referenced_file_to_exist(
 ) -> None:
     root = repo_with(tmp_path, "web-1")
     with pytest.raises(InvalidInput) as missing:
-        load_repo(root, secrets=CHECK_ONLY)
+        load_repo_at(root, secrets=CHECK_ONLY)
     assert messages(missing) == [
         f"proxies/web-1.yaml:{REFERENCE_LINE}:11: spec.cloudInit.userData: secret "
         "'squid-password' (secrets/squid-password.age): the repo has no secrets/ folder"
     ]
     (root / "secrets").mkdir()
     with pytest.raises(InvalidInput) as absent:
-        load_repo(root, secrets=CHECK_ONLY)
+        load_repo_at(root, secrets=CHECK_ONLY)
     assert messages(absent) == [
         f"proxies/web-1.yaml:{REFERENCE_LINE}:11: spec.cloudInit.userData: secret "
         "'squid-password' (secrets/squid-password.age) does not exist; make it with age "
         "(docs/operations.md)"
     ]
     write_secret(root, "squid-password", "x", identity[1])
-    repo = load_repo(root, secrets=CHECK_ONLY)
+    repo = load_repo_at(root, secrets=CHECK_ONLY)
     assert repo.proxies[0].cloud_init.secrets == ()  # checked, not decrypted
 
 
@@ -176,7 +176,7 @@ def test_plan_and_apply_without_an_identity_refuse_a_repo_that_references_a_secr
     write_secret(root, "squid-password", "x", identity[1])
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root, secrets=SecretAccess(need_values=True))
+        load_repo_at(root, secrets=SecretAccess(need_values=True))
 
     (message,) = messages(exc)
     assert message.startswith(f"proxies/web-1.yaml:{REFERENCE_LINE}:11: spec.cloudInit.userData:")
@@ -198,7 +198,7 @@ def test_each_secret_is_read_and_decrypted_once_however_many_proxies_use_it(
             calls.append(ciphertext)
             return real.decrypt(ciphertext)
 
-    repo = load_repo(root, secrets=SecretAccess(Counting(), need_values=True))
+    repo = load_repo_at(root, secrets=SecretAccess(Counting(), need_values=True))
 
     assert len(calls) == 1
     assert {p.cloud_init.secrets[0].value for p in repo.proxies} == {"shared"}
@@ -215,7 +215,7 @@ def test_a_secret_name_that_is_not_a_plain_file_name_is_refused_without_quoting_
     (root / "secrets").mkdir()
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root)
+        load_repo_at(root)
 
     (found,) = messages(exc)
     assert found.startswith(f"proxies/web-1.yaml:{REFERENCE_LINE}:11: spec.cloudInit.userData: ")
@@ -232,7 +232,7 @@ def test_a_secrets_folder_that_is_a_link_is_not_followed(
     (root / "secrets").symlink_to(tmp_path / "outside" / "secrets")
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root, secrets=decrypting(identity[0]))
+        load_repo_at(root, secrets=decrypting(identity[0]))
 
     assert messages(exc) == [
         # the walk's own word on any linked folder, and the reference's
@@ -252,7 +252,7 @@ def test_a_secret_file_that_is_a_link_out_of_the_repo_is_not_read(
     (root / "secrets" / "squid-password.age").symlink_to(elsewhere)
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root, secrets=decrypting(identity[0]))
+        load_repo_at(root, secrets=decrypting(identity[0]))
 
     (found,) = messages(exc)
     assert "secret 'squid-password' (secrets/squid-password.age) is a symbolic link" in found
@@ -265,7 +265,7 @@ def test_a_secret_file_larger_than_the_read_limit_is_refused(
     write_secret(root, "squid-password", "x" * 4000, identity[1])
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root, limits=ReadLimits(max_file_bytes=2048), secrets=decrypting(identity[0]))
+        load_repo_at(root, limits=ReadLimits(max_file_bytes=2048), secrets=decrypting(identity[0]))
 
     (found,) = messages(exc)
     assert "(secrets/squid-password.age) larger than the limit of 2 KiB" in found
@@ -278,7 +278,7 @@ def test_a_reference_in_vendor_data_is_refused_since_only_user_data_is_substitut
     root = repo_with(tmp_path, "web-1", text=text.replace("${secret:squid-password}", "plain"))
 
     with pytest.raises(InvalidInput) as exc:
-        load_repo(root)
+        load_repo_at(root)
 
     assert messages(exc) == [
         "proxies/web-1.yaml:12:17: spec.cloudInit.vendorData: ${secret:...} is substituted in "
@@ -293,7 +293,7 @@ def test_a_rotated_secret_changes_the_digest_and_a_re_encrypted_same_value_does_
 
     def digest(value: str) -> str:
         write_secret(root, "squid-password", value, identity[1])
-        repo = load_repo(root, secrets=decrypting(identity[0]))
+        repo = load_repo_at(root, secrets=decrypting(identity[0]))
         fleet = repo.fleet
         return proxy_digest(
             repo.proxies[0],
@@ -322,7 +322,7 @@ def test_the_digest_of_a_proxy_without_secrets_is_unchanged_by_the_feature(
     tmp_path: Path,
 ) -> None:
     root = repo_with(tmp_path, "web-1", text=PROXY.replace("${secret:squid-password}", "x"))
-    repo = load_repo(root)
+    repo = load_repo_at(root)
     proxy = repo.proxies[0]
     with_empty = dataclasses.replace(proxy.cloud_init, secrets=())
     fleet = repo.fleet
@@ -337,7 +337,7 @@ def test_rendering_with_a_secret_left_unresolved_fails_instead_of_seeding_the_re
 ) -> None:
     root = repo_with(tmp_path, "web-1")
     write_secret(root, "squid-password", "x", identity[1])
-    repo = load_repo(root)  # validate's load: files checked, values not read
+    repo = load_repo_at(root)  # validate's load: files checked, values not read
 
     with pytest.raises(KeyError):
         seed_files(vm_spec(repo))
@@ -377,7 +377,7 @@ def test_an_identity_file_may_hold_several_identities_and_any_of_them_decrypts(
     loaded = load_identity(both)
 
     assert isinstance(loaded, AgeIdentity) and len(loaded.identities) == 2
-    repo = load_repo(root, secrets=SecretAccess(loaded, need_values=True))
+    repo = load_repo_at(root, secrets=SecretAccess(loaded, need_values=True))
     assert repo.proxies[0].cloud_init.secrets[0].value == "to-the-second"
 
 

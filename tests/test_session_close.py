@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.adapters.hypervisor.lanes import Lane
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession
+from reconciler.adapters.hypervisor.transport.lanes import Lane
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.model import Host, HostNetwork
 from reconciler.model.settings import SshSettings
 

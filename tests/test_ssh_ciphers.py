@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import paramiko
 
-from reconciler.adapters.hypervisor.ssh import preferred_ciphers
+from reconciler.adapters.hypervisor.transport.ssh import preferred_ciphers
 
 
 def test_aes_gcm_comes_first_and_every_other_cipher_paramiko_offers_stays_in_its_order() -> None:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from reconciler.adapters.hypervisor.fakeconsole import FakeConsole
+from reconciler.adapters.hypervisor.console.fakeconsole import FakeConsole
 from reconciler.cli import build_parser
 from reconciler.cli.console import session
 from reconciler.cli.terminalfilter import MAX_STRING, TerminalFilter

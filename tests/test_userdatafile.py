@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from reconciler.adapters.repo.diskfiles import DiskRepoFiles, load_repo_at
 from reconciler.adapters.secrets.agesecrets import load_identity
-from reconciler.core.load.manifests import ReadLimits, load_repo
-from reconciler.core.load.repofiles import Reader
+from reconciler.core.load.manifests import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.variables import Values, substitute
 from reconciler.core.plan.digest import proxy_digest
@@ -38,12 +38,12 @@ def repo_with(tmp_path: Path, shared: str = SHARED, *proxies: str) -> Path:
 
 def problems(root: Path, **options: Any) -> list[str]:
     with pytest.raises(InvalidInput) as caught:
-        load_repo(root, **options)
+        load_repo_at(root, **options)
     return [str(p) for p in caught.value.problems]
 
 
 def test_proxies_sharing_a_file_each_get_the_text_with_their_own_name(tmp_path: Path) -> None:
-    repo = load_repo(repo_with(tmp_path))
+    repo = load_repo_at(repo_with(tmp_path))
 
     assert [p.cloud_init.user_data.splitlines()[1] for p in repo.proxies] == [
         "hostname: p1",
@@ -55,14 +55,14 @@ def test_the_shared_file_is_read_once_however_many_proxies_use_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: Counter[str] = Counter()
-    real = Reader.read
+    real = DiskRepoFiles.read
 
-    def counted(self: Reader, rel: str) -> Any:
+    def counted(self: DiskRepoFiles, rel: str) -> Any:
         reads[rel] += 1
         return real(self, rel)
 
-    monkeypatch.setattr(Reader, "read", counted)
-    load_repo(repo_with(tmp_path, SHARED, proxy("p1"), proxy("p2"), proxy("p3")))
+    monkeypatch.setattr(DiskRepoFiles, "read", counted)
+    load_repo_at(repo_with(tmp_path, SHARED, proxy("p1"), proxy("p2"), proxy("p3")))
 
     assert reads["squid.cloud-config"] == 1
 
@@ -71,7 +71,7 @@ def test_editing_the_shared_file_changes_the_digest_of_every_proxy_using_it(
     tmp_path: Path,
 ) -> None:
     def digests() -> list[str]:
-        repo = load_repo(tmp_path)
+        repo = load_repo_at(tmp_path)
         fleet = repo.fleet
         resolved = {"image": fleet.images[0], "machine_type": fleet.machine_types[0]}
         return [proxy_digest(p, fleet.hosts[0], **resolved) for p in repo.proxies]
@@ -112,7 +112,7 @@ def test_host_is_substituted_for_a_pinned_proxy(tmp_path: Path) -> None:
     pinned = proxy("p1").replace("machineType: small}", "machineType: small, host: h1}")
     root = repo_with(tmp_path, "#!/bin/sh\necho ${proxy.host} ${proxy.zone}\n", pinned)
 
-    assert load_repo(root).proxies[0].cloud_init.user_data == "#!/bin/sh\necho h1 z1\n"
+    assert load_repo_at(root).proxies[0].cloud_init.user_data == "#!/bin/sh\necho h1 z1\n"
 
 
 def test_secret_references_in_the_file_resolve_and_never_show_in_the_model(
@@ -123,7 +123,7 @@ def test_secret_references_in_the_file_resolve_and_never_show_in_the_model(
     recipient = make_identity(tmp_path / "id.txt")
     write_secret(root, "pw", "canary-1234", recipient)
     access = SecretAccess(load_identity(tmp_path / "id.txt"), need_values=True)
-    (loaded,) = load_repo(root, secrets=access).proxies
+    (loaded,) = load_repo_at(root, secrets=access).proxies
 
     assert "${secret:pw}" in loaded.cloud_init.user_data
     assert "canary-1234" in loaded.cloud_init.rendered_user_data()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_manifests import MINIMAL_FLEET, write_repo
 
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.errors import InvalidInput
 
 SET = """\
@@ -23,7 +23,7 @@ spec:
 
 def problems(root: Path) -> list[str]:
     with pytest.raises(InvalidInput) as err:
-        load_repo(root)
+        load_repo_at(root)
     return [str(p) for p in err.value.problems]
 
 

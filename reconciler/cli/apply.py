@@ -240,7 +240,15 @@ def render_report(report: RunReport) -> str:
         else:
             lines.append(f"  {outcome.result.value:<7} {what}: {outcome.error}")
     rows = [
-        (p.name, p.host or "-", p.domain or "-", p.state, p.ip or "-", p.health.value, p.detail)
+        (
+            p.name,
+            p.host or "-",
+            p.domain or "-",
+            p.state.value,
+            p.ip or "-",
+            p.health.value,
+            p.detail,
+        )
         for p in report.proxies
     ]
     headers = ("PROXY", "HOST", "DOMAIN", "STATE", "IP", "HEALTH", "DETAIL")

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.cli.applylock import ApplyLock, LockRefused
 from reconciler.cli.common import (
     age_identity_file,
@@ -40,7 +41,6 @@ from reconciler.cli.common import (
 from reconciler.cli.gitrevision import start_revision
 from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.progress import show_progress_lines
-from reconciler.core.load.manifests import load_repo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.engine.check import Prober
@@ -184,7 +184,7 @@ def _loaded(root: Path, limits: ReadLimits, secrets: SecretAccess) -> Repo | Non
     when it does not load (``Engine.prepare`` loads it again and reports every problem, and
     a repo that does not load is never acted on, so it needs no lock)."""
     try:
-        return load_repo(root, limits=limits, secrets=secrets)
+        return load_repo_at(root, limits=limits, secrets=secrets)
     except InvalidInput:
         return None
 

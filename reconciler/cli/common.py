@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
-from reconciler.adapters.hypervisor.download import ImageCache
-from reconciler.core.load.manifests import load_repo
+from reconciler.adapters.hypervisor.images.download import ImageCache
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
@@ -36,7 +36,7 @@ from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettin
 
 if TYPE_CHECKING:  # libvirt loads only when a host is built
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-    from reconciler.adapters.hypervisor.libvirtrpc import RpcObserver
+    from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -229,7 +229,7 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
 def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
     """The repo, or None after printing every problem to stderr."""
     try:
-        return load_repo(root, secrets=secrets)
+        return load_repo_at(root, secrets=secrets)
     except InvalidInput as exc:
         print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
         for problem in exc.problems:

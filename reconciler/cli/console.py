@@ -35,7 +35,7 @@ import tty
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from reconciler.adapters.hypervisor.console import ConsoleStream
+from reconciler.adapters.hypervisor.console.stream import ConsoleStream
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.cli.common import (
     add_host_access_arguments,
@@ -150,7 +150,7 @@ def find_vm(
 
 def open_libvirt(hypervisor: Hypervisor, domain: str, force: bool) -> ConsoleStream:
     """The real opener: a libvirt console stream on the host's session."""
-    from reconciler.adapters.hypervisor.libvirtconsole import open_console
+    from reconciler.adapters.hypervisor.console.libvirtconsole import open_console
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 
     if not isinstance(hypervisor, LibvirtHost):

@@ -53,7 +53,7 @@ from reconciler.model.settings import SshSettings
 from reconciler.model.vm import base_volume_name
 
 if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.hostcheck import BaseNeed, HostReport, Need
+    from reconciler.adapters.hypervisor.hostcheck.check import BaseNeed, HostReport, Need
 
 EXIT_OK = exitcodes.OK
 EXIT_ERROR = exitcodes.ERROR
@@ -126,7 +126,9 @@ def needs_uefi(repo: Repo) -> bool:
 def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
     """Every base the fleet may upload: fleet.yaml's images and the direct URLs the
     proxies name, each with its size (one cache stat or HEAD request per image)."""
-    from reconciler.adapters.hypervisor.hostcheck import BaseNeed  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck.check import (
+        BaseNeed,  # libvirt loads only when needed
+    )
 
     found: dict[str, Image] = {base_volume_name(i): i for i in repo.fleet.images}
     for proxy in repo.proxies:
@@ -141,7 +143,9 @@ def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
 
 def largest_vm(repo: Repo) -> Need:
     """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
-    from reconciler.adapters.hypervisor.hostcheck import Need  # libvirt loads only when needed
+    from reconciler.adapters.hypervisor.hostcheck.check import (
+        Need,  # libvirt loads only when needed
+    )
 
     machines = repo.fleet.machine_types
     if not machines:

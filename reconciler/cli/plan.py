@@ -48,11 +48,19 @@ from reconciler.cli.common import (
     secret_access,
 )
 from reconciler.core.load.inventory import load_inventory
-from reconciler.core.plan.keep import UP_TO_DATE
 from reconciler.core.plan.planner import plan
 from reconciler.errors import ConfigError, InvalidInput
 from reconciler.model import Action, ActionKind, Inventory, Plan
-from reconciler.model.plan import Blocked, Cleanup, Create, Replace, blocked_kind, replaced
+from reconciler.model.plan import (
+    Blocked,
+    Cleanup,
+    Create,
+    Keep,
+    RemoveBase,
+    Replace,
+    blocked_kind,
+    replaced,
+)
 from reconciler.model.report import RunReport
 from reconciler.model.secrets import SENSITIVE
 
@@ -213,7 +221,9 @@ def action_json(action: Action) -> dict[str, Any]:
         "reason": action.reason,
         "blocks": blocks.value if blocks is not None else None,
         "replaces": {"host": replaces.host, "domain": replaces.domain} if replaces else None,
-        "volumes": list(action.volumes) if isinstance(action, Cleanup | Blocked) else [],
+        "volumes": list(action.volumes)
+        if isinstance(action, Cleanup | RemoveBase | Blocked)
+        else [],
         "batch": action.batch if isinstance(action, Replace) else None,
         "secrets": dict.fromkeys(_secrets(action), SENSITIVE),
     }
@@ -233,7 +243,7 @@ def render_plan(result: Plan, *, color: bool) -> str:
 
 
 def _listed(action: Action) -> bool:
-    return action.kind is not ActionKind.KEEP or action.reason != UP_TO_DATE
+    return not (isinstance(action, Keep) and action.up_to_date)
 
 
 def _line(action: Action, *, color: bool) -> str:

@@ -59,7 +59,7 @@ def build_engine(
     """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
     unless a factory is given, each fenced by ``held`` (the fleet lock)."""
     from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
-    from reconciler.adapters.hypervisor.download import ImageCache
+    from reconciler.adapters.hypervisor.images.download import ImageCache
     from reconciler.adapters.state.historystore import FileHistoryStore
     from reconciler.adapters.surface.probe import HttpProber
 

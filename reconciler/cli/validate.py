@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.cli.common import (
     add_age_identity_argument,
     age_identity_file,
     identity_error,
     secret_access,
 )
-from reconciler.core.load.manifests import load_repo
 from reconciler.errors import ConfigError, InvalidInput, Problem
 from reconciler.model.fleet import Repo
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return identity_error(exc)
     try:
-        repo = load_repo(root, secrets=secrets)
+        repo = load_repo_at(root, secrets=secrets)
     except InvalidInput as exc:
         if args.json:
             print(as_json(exc.problems, None))

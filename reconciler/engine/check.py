@@ -24,13 +24,13 @@ from functools import partial
 from typing import Protocol
 
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.core.status.targets import Target
+from reconciler.core.status.targets import targets as find_targets
 from reconciler.engine.runtime import Runtime
-from reconciler.engine.targets import Target
-from reconciler.engine.targets import targets as find_targets
 from reconciler.errors import HostError, NotFoundError, TransientError
 from reconciler.logfields import carry
-from reconciler.model import DomainState, Inventory, Plan, Repo, fleet
-from reconciler.model.report import ActionOutcome, Health, ProxyStatus
+from reconciler.model import Inventory, Plan, Repo, fleet
+from reconciler.model.report import ActionOutcome, Health, ProxyState, ProxyStatus
 from reconciler.model.settings import ApplySettings
 from reconciler.progress import ProgressEvent
 from reconciler.progress import emit as emit_progress
@@ -184,7 +184,7 @@ def _check_both(
     old = look(Target(target.old))
     if old.health is not Health.HEALTHY:
         return new, (new, old)
-    why = new.detail or f"VM is {new.state}"
+    why = new.detail or f"VM is {new.state.value}"
     note = f"served by its old VM; new VM {new.domain} on {new.host}: {why}"
     return replace(old, detail=note), (new, old)
 
@@ -234,13 +234,13 @@ def _check_target(
     runtime: Runtime,
 ) -> ProxyStatus:
     status = target.status
-    if status.state == "unknown":
+    if status.state is ProxyState.UNKNOWN:
         return replace(status, health=Health.UNKNOWN)
-    if status.state in ("failed", "absent"):
+    if status.state in (ProxyState.FAILED, ProxyState.ABSENT):
         return replace(status, health=Health.UNHEALTHY)
-    if status.state != DomainState.RUNNING.value:
+    if status.state is not ProxyState.RUNNING:
         return replace(
-            status, health=Health.UNHEALTHY, detail=status.detail or f"VM is {status.state}"
+            status, health=Health.UNHEALTHY, detail=status.detail or f"VM is {status.state.value}"
         )
     hypervisor = hosts.get(status.host)
     proxy = repo.proxy(status.name)
@@ -253,5 +253,5 @@ def _check_target(
     )
     detail = "; ".join(d for d in (status.detail, checked.detail) if d)
     if not checked.found:
-        return replace(status, state="absent", health=Health.UNHEALTHY, detail=detail)
+        return replace(status, state=ProxyState.ABSENT, health=Health.UNHEALTHY, detail=detail)
     return replace(status, ip=checked.ip, health=checked.health, detail=detail)

@@ -32,7 +32,7 @@ from reconciler.core.status import statusdoc
 from reconciler.engine.observe import Observation
 from reconciler.model.history import History
 from reconciler.model.plan import ActionKind
-from reconciler.model.report import ActionResult, ProxyStatus, RunReport
+from reconciler.model.report import ActionResult, ProxyState, ProxyStatus, RunReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +274,7 @@ def first_sight(observed: Observation | None) -> dict[str, Any] | None:
             domain.owner.proxy,
             host.name,
             domain.name,
-            state=domain.state.value,
+            state=ProxyState.of(domain.state),
             detail=NOT_CHECKED,
             zone=zones.get(host.name, ""),
         )
@@ -311,7 +311,7 @@ def _in_run(report: RunReport, name: str) -> dict[str, Any]:
         "finished": statusdoc.timestamp(report.finished),
         "revision": report.revision,
         "result": report.result.value,
-        "state": proxy.state if proxy else "absent",
+        "state": proxy.state.value if proxy else ProxyState.ABSENT.value,
         "health": proxy.health.value if proxy else "",
         "domain": proxy.domain if proxy else "",
         "detail": proxy.detail if proxy else "",

@@ -51,10 +51,18 @@ from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
 from reconciler.logfields import about, carry
 from reconciler.model import Action, Image, Plan
-from reconciler.model.plan import MUTATING, Cleanup, Create, Delete, Relabel, Replace, Start
+from reconciler.model.plan import (
+    MUTATING,
+    Cleanup,
+    Create,
+    Delete,
+    Relabel,
+    RemoveBase,
+    Replace,
+    Start,
+)
 from reconciler.model.report import ActionOutcome, ActionResult, Health
 from reconciler.model.settings import ApplySettings
-from reconciler.model.vm import MARKER_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,7 @@ class FetchedImage(Protocol):
 
 
 class ImageSource(ImageSizes, Protocol):
-    """The local image cache (reconciler.adapters.hypervisor.download.ImageCache): ``fetch``
+    """The local image cache (reconciler.adapters.hypervisor.images.download.ImageCache): ``fetch``
     here, ``size`` before planning (reconciler.engine.observe)."""
 
     def fetch(self, image: Image) -> FetchedImage: ...
@@ -199,7 +207,7 @@ class Executor:
                 self._delete(host, domain, attempts)
             case Replace():
                 self._create(action, host, attempts)
-            case Cleanup(domain=None):
+            case RemoveBase():
                 self._remove_base(action, host, attempts)
             case Cleanup():
                 self._cleanup(action, host, attempts)
@@ -249,11 +257,9 @@ class Executor:
             f" ({', '.join(gone)} already gone)" if gone else "",
         )
 
-    def _remove_base(self, action: Cleanup, host: Hypervisor, attempts: Attempts) -> None:
+    def _remove_base(self, action: RemoveBase, host: Hypervisor, attempts: Attempts) -> None:
         """An unused base image and its marker; the host keeps it when a domain uses it."""
-        if not action.volumes:
-            raise ActionFailed("the plan's base cleanup names no volumes")
-        base = action.volumes[0].removesuffix(MARKER_SUFFIX)
+        base = action.base
         deleted = self._call(
             f"remove unused base image {base} on {host.name}",
             lambda: host.remove_unused_base(base),
@@ -324,7 +330,7 @@ def _describe(action: Action) -> str:
     target = f"{action.domain} on {action.host}"
     if isinstance(action, Replace):
         return f"Replace of {action.replaces.domain} by {target}"
-    if isinstance(action, Cleanup):
+    if isinstance(action, Cleanup | RemoveBase):
         return f"Cleanup of {', '.join(action.volumes)} on {action.host}"
     return f"{action.kind.value.capitalize()} of {target}"
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from reconciler.core.plan.gates import shrink
 from reconciler.errors import PermanentError
 from reconciler.model import ActionKind, Repo
 from reconciler.model.inventory import Inventory
@@ -86,49 +87,20 @@ def check_images(repo: Repo, check_url: Callable[[str], None] | None) -> Refusal
 
 
 def check_shrink(repo: Repo, inventory: Inventory) -> Refusal | None:
-    """Stalled when the repo's net loss is more than ``maxShrinkPercent`` of the owned proxies.
-
-    The baseline is what the hosts run for this fleet (reachable hosts only,
-    protected VMs left out), so it needs no state and survives restarts and a
-    lost state dir. Without ``prune`` nothing is deleted and nothing is checked.
-    """
-    policy = repo.fleet.policy
-    if not policy.prune:
-        return None  # nothing is deleted without prune: the shrink costs no VM
-    # Protected VMs are never deleted, so they count on neither side.
-    owned = {
-        domain.owner.proxy
-        for host in inventory.hosts
-        if host.reachable
-        for domain in host.domains
-        if domain.owner is not None
-        and domain.owner.fleet == repo.fleet.name
-        and not domain.owner.protect
-    }
-    desired = {proxy.name for proxy in repo.proxies}
-    # Net loss: a renamed proxy (one dropped, one added) does not shrink the fleet.
-    lost = len(owned - desired) - len(desired - owned)
-    if not owned or lost * 100 <= policy.max_shrink_percent * len(owned):
+    """Stalled when the repo's net loss is more than ``maxShrinkPercent`` of the owned
+    proxies and not acknowledged (the rule: reconciler.core.plan.gates.shrink)."""
+    found = shrink(repo, inventory)
+    if found is None:
         return None
-    if policy.acknowledge_shrink_to == len(desired):
+    if found.acknowledged:
         log.warning(
             "Shrink of %d of %d proxies acknowledged (acknowledgeShrinkTo: %d).",
-            lost,
-            len(owned),
-            len(desired),
+            found.lost,
+            found.owned,
+            found.desired,
         )
         return None
-    where = repo.fleet.location
-    percent = lost * 100 // len(owned)
-    return Refusal(
-        "ShrinkNotAcknowledged",
-        (
-            f"{where.file}:{where.line}:{where.column}: spec.policy.maxShrinkPercent: this "
-            f"revision drops {lost} of the {len(owned)} proxies the hosts run "
-            f"({percent}% > {policy.max_shrink_percent}%); if that is meant, set "
-            f"spec.policy.acknowledgeShrinkTo: {len(desired)}",
-        ),
-    )
+    return Refusal("ShrinkNotAcknowledged", (found.problem(repo),))
 
 
 class DeleteWindow:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from reconciler.adapters.coordination.fleetlock import FleetLock, LockService
 from reconciler.adapters.coordination.fleetring import FleetRing
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.assignment import Step, owned, step
-from reconciler.core.load.manifests import load_repo
 from reconciler.engine.fencing import Fence
 from reconciler.errors import CoordinationError, InvalidInput
 
@@ -44,7 +44,7 @@ def fleet_id(root: Path) -> str | None:
     A repo that does not load is never acted on, so it needs no lock.
     """
     try:
-        return load_repo(root).fleet.name
+        return load_repo_at(root).fleet.name
     except InvalidInput:
         return None
 

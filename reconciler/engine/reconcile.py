@@ -22,19 +22,22 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.imageurls import check_url
+from reconciler.adapters.hypervisor.images.imageurls import check_url
+from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
-from reconciler.core.load.manifests import load_repo
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
+from reconciler.core.plan.digest import Digests
 from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
+from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
-from reconciler.engine.bookkeeping import after_run, for_plan, with_since
+from reconciler.core.status.settling import settling
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource
@@ -44,14 +47,13 @@ from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import InvalidInput
 from reconciler.logfields import bind
-from reconciler.model import ActionKind, Plan, Repo
+from reconciler.model import Plan, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import (
     ActionOutcome,
     ActionResult,
-    Health,
     ProxyStatus,
     RunReport,
     RunResult,
@@ -111,6 +113,10 @@ class Engine:
             self.runtime.clock,
             cap=self.guards.max_deletes,
         )
+        self.memo = LoadMemo()
+        """What this engine's loads of its repo share (cloud-config findings, fingerprints)."""
+        self.digests = Digests()
+        """Digests its plans share: the same proxies are planned every cycle."""
         self.last_observation: Observation | None = None
         """What the last run observed, as soon as it has (``proxyfleet info`` reads VM
         provenance from it, ``get`` what a first run has seen so far)."""
@@ -118,7 +124,7 @@ class Engine:
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
         InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
-        return load_repo(root, limits=self.read_limits, secrets=self.secrets)
+        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets, memo=self.memo)
 
     def reconcile_once(
         self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None
@@ -203,7 +209,11 @@ class Engine:
             replace_timeout=self.settings.replace_timeout, deletes_left=left, deletes_why=why
         )
         plan = make_plan(
-            repo, observation.inventory, for_plan(kept, now=now, revision=revision), limits
+            repo,
+            observation.inventory,
+            for_plan(kept, now=now, revision=revision),
+            limits,
+            memo=self.digests,
         )
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
@@ -242,7 +252,13 @@ class Engine:
         report = build_report(prepared, outcomes, proxies, finished=finished)
         report = publish(self.endpoints, prepared.repo, report)
         new = settling(
-            prepared, outcomes, checked.vms, now=finished, window=self.settings.replace_timeout
+            outcomes,
+            checked.vms,
+            inventory=prepared.observation.inventory,
+            fleet=prepared.repo.fleet.name,
+            history=prepared.history,
+            now=finished,
+            window=self.settings.replace_timeout,
         )
         return dataclasses.replace(report, settling=new)
 
@@ -334,63 +350,6 @@ def build_report(
         suspended=suspended,
         halts=prepared.plan.halts,
     )
-
-
-NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
-
-
-def settling(
-    prepared: Prepared,
-    outcomes: Sequence[ActionOutcome],
-    vms: Sequence[ProxyStatus],
-    *,
-    now: datetime,
-    window: float,
-) -> tuple[str, ...]:
-    """The proxies whose VM runs, is not healthy yet and is new: this run created, replaced
-    or started it, or its recorded creation time is less than ``window`` seconds before
-    ``now`` (a VM that a run before a restart made and that is still booting). And those
-    whose VM passed its first check in this run while another VM of the proxy still
-    exists: the next plan hands over (deletes the old VM, starts the zone's next batch),
-    and a rollout would otherwise wait an interval per batch.
-
-    A VM that stays unhealthy longer than that is no longer "new": it waits for
-    the interval like any other problem.
-    """
-    acted = {
-        (o.action.host, o.action.domain)
-        for o in outcomes
-        if o.result is ActionResult.SUCCEEDED and o.action.kind in NEW_VM_ACTIONS
-    }
-    created: dict[tuple[str, str], str] = {}
-    owned: dict[str, set[tuple[str, str]]] = {}  # each proxy's VMs on the hosts
-    for h in prepared.observation.inventory.hosts:
-        for d in h.domains:
-            if d.owner is not None and d.owner.fleet == prepared.repo.fleet.name:
-                created[(h.name, d.name)] = d.owner.created
-                owned.setdefault(d.owner.proxy, set()).add((h.name, d.name))
-    names = set()
-    for vm in vms:
-        key = (vm.host, vm.domain)
-        new = key in acted or _younger(created.get(key, ""), now, window)
-        if vm.health is Health.HEALTHY:
-            first = not prepared.history.record(vm.host, vm.domain).healthy_once
-            if first and owned.get(vm.name, set()) - {key}:
-                names.add(vm.name)
-        elif vm.state == "running" and new:
-            names.add(vm.name)
-    return tuple(sorted(names))
-
-
-def _younger(recorded: str, now: datetime, window: float) -> bool:
-    """True when the ISO time ``recorded`` lies within ``window`` seconds before ``now``."""
-    try:
-        when = datetime.fromisoformat(recorded)
-    except ValueError:
-        return False
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return 0 <= (now - when).total_seconds() < window
 
 
 def _summary(plan: Plan) -> str:

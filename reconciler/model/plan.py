@@ -4,7 +4,8 @@ Each kind of action is its own frozen type and carries what the planner
 resolved for it, so that the executor carries it out without looking anything
 up again: a ``Create`` or ``Replace`` holds the whole ``NewVm`` (host, image,
 machine type, cloud-init), a ``Delete`` the VM that must be healthy before it
-goes, a ``Relabel`` the ownership record to write, a ``Cleanup`` the volumes.
+goes, a ``Relabel`` the ownership record to write, a ``Cleanup`` the volumes, a
+``RemoveBase`` the base image.
 
 Every action shares the header of ``Action``: ``reason``, and where it speaks
 about one VM, ``proxy``, ``host``, ``domain`` and ``digest``. ``kind`` is a
@@ -14,7 +15,7 @@ class constant, so ``plan --json`` and the status keep their shape.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
@@ -155,6 +156,10 @@ class Keep(Action):
     """An owned VM stays as it is (``reason`` says why when it is not simply up to date)."""
 
     kind: ClassVar[ActionKind] = ActionKind.KEEP
+    up_to_date: bool = False
+    """True when the VM is as the repo wants it: nothing to do and nothing to report, so the
+    plan listing leaves it out and the status gives no detail. False when it stays although
+    it is not right (shut off under drift: detect, paused, crashed, a healing verdict)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +223,16 @@ class Cleanup(Action):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveBase(Action):
+    """Remove the unused base image ``base`` from ``host``; the host keeps it when a domain
+    uses it after all. ``volumes`` are the base and its marker, those the pool holds."""
+
+    kind: ClassVar[ActionKind] = ActionKind.CLEANUP
+    base: str
+    volumes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Blocked(Action):
     """A mutating action (``blocks``) that a safety rule stopped; ``reason`` names the rule.
 
@@ -245,6 +260,23 @@ def replaced(action: Action) -> DomainRef | None:
     if isinstance(action, Replace | Blocked):
         return action.replaces
     return None
+
+
+def block(action: Action, reason: str) -> Blocked:
+    """The same action, stopped by a safety rule."""
+    if isinstance(action, Blocked):
+        return replace(action, reason=reason)
+    return Blocked(
+        reason=reason,
+        proxy=action.proxy,
+        host=action.host,
+        domain=action.domain,
+        digest=action.digest,
+        blocks=action.kind,
+        replaces=replaced(action),
+        owner=action.owner if isinstance(action, Relabel) else None,
+        volumes=action.volumes if isinstance(action, Cleanup | RemoveBase) else (),
+    )
 
 
 def blocked_kind(action: Action) -> ActionKind | None:

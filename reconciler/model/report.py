@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from reconciler.model.fleet import HostState
+from reconciler.model.inventory import DomainState
 from reconciler.model.plan import Action, Halt, Plan
 
 
@@ -30,6 +31,28 @@ class ActionResult(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     """Not started: shutdown requested, or a prerequisite failed."""
+
+
+class ProxyState(StrEnum):
+    """What a proxy's VM is after a run: a ``DomainState`` of the VM that speaks for it, or
+    why there is none to speak of. The values are those of status.yaml and the metrics."""
+
+    RUNNING = "running"
+    SHUTOFF = "shutoff"
+    PAUSED = "paused"
+    CRASHED = "crashed"
+    OTHER = "other"
+    ABSENT = "absent"
+    """No VM: none planned, or its create did not run."""
+    UNKNOWN = "unknown"
+    """Its VM may sit on a host that did not answer."""
+    FAILED = "failed"
+    """Its create failed."""
+
+    @classmethod
+    def of(cls, state: DomainState) -> ProxyState:
+        """The proxy state of a VM the hypervisor reports in ``state``."""
+        return cls(state.value)
 
 
 class Health(StrEnum):
@@ -61,8 +84,7 @@ class ProxyStatus:
     name: str
     host: str = ""
     domain: str = ""
-    state: str = "absent"
-    """A DomainState value, "absent", "unknown" (host unreachable) or "failed"."""
+    state: ProxyState = ProxyState.ABSENT
     ip: str = ""
     health: Health = Health.UNKNOWN
     detail: str = ""
@@ -72,6 +94,10 @@ class ProxyStatus:
     """Since when its VM has been healthy (or failing) without a break, from the history the
     engine keeps (``history.json``); None: not recorded (the status counts from when it first
     showed this state)."""
+
+    def __post_init__(self) -> None:
+        # The serialized value is accepted too: a status read back, a test's literal.
+        object.__setattr__(self, "state", ProxyState(self.state))
 
 
 @dataclass(frozen=True, slots=True)

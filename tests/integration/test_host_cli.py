@@ -188,7 +188,7 @@ def test_without_the_interface_driver_a_bridge_is_checked_in_sysfs_and_a_missing
 ) -> None:
     import subprocess
 
-    from reconciler.adapters.hypervisor.hostcheck import _Failed, bridge_from_sysfs
+    from reconciler.adapters.hypervisor.hostcheck.check import _Failed, bridge_from_sysfs
 
     bridge = "pfitbr0"
     subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)

@@ -20,7 +20,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from reconciler.adapters.hypervisor.libvirtconsole import open_console
+from reconciler.adapters.hypervisor.console.libvirtconsole import open_console
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli.console import session
 from reconciler.errors import NotFoundError, PermanentError

@@ -14,9 +14,9 @@ import pytest
 from hostservices import SshKeys
 from test_host_cli import access, fleet_repo
 
-from reconciler.adapters.hypervisor import hostcheck
-from reconciler.adapters.hypervisor.baseimage import BaseImages
-from reconciler.adapters.hypervisor.kvmprobe import probe_kvm
+from reconciler.adapters.hypervisor.hostcheck import check as hostcheck
+from reconciler.adapters.hypervisor.hostcheck.kvmprobe import probe_kvm
+from reconciler.adapters.hypervisor.images.baseimage import BaseImages
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli import main
 from reconciler.core.render.kvmprobe import PROBE_DOMAIN, PROBE_VOLUME

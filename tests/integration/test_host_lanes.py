@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.hypervisor.lanes import CALLS_PER_LANE
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.adapters.hypervisor.transport.lanes import CALLS_PER_LANE
 from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
 from reconciler.model.vm import VmSpec
 

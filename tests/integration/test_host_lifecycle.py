@@ -15,7 +15,7 @@ import pycdlib
 import pytest
 from hostservices import BlankImage
 
-from reconciler.adapters.hypervisor.hostcheck import version_text
+from reconciler.adapters.hypervisor.hostcheck.check import version_text
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.core.render.domainxml import overlay_volume_xml
 from reconciler.errors import NotFoundError, PermanentError
@@ -210,7 +210,7 @@ def test_a_running_vm_without_guest_agent_is_found_in_the_hosts_arp_table(
     # A blank guest answers no ARP itself: the neighbour entry a real guest's traffic
     # would leave on the host's bridge is written by hand (reachable, as the kernel
     # records a guest that answered). libvirt's own ARP reader fails on kernels that
-    # put NLMSG_DONE into the dump's last read (reconciler.adapters.hypervisor.neighbours);
+    # put NLMSG_DONE into the dump's last read (reconciler.adapters.hypervisor.observe.neighbours);
     # either way the address must come back.
     spec = make_spec("web-arp", blank_image.image)
     cleanup_domains.append(spec.domain)

@@ -12,7 +12,7 @@ import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.adapters.hypervisor.libvirtrpc import TRACE
+from reconciler.adapters.hypervisor.transport.libvirtrpc import TRACE
 from reconciler.errors import NotFoundError
 from reconciler.model import CloudInit
 from reconciler.model.vm import VmSpec

@@ -19,7 +19,7 @@ import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.adapters.hypervisor.libvirtrpc import RpcObserver
+from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
 from reconciler.core.render.metadata import NAMESPACE, owner_from_domain_xml, parse_owner
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Owner

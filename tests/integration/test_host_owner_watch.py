@@ -19,7 +19,7 @@ import pytest
 from hostservices import BlankImage, Sshd, wait_for
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-from reconciler.adapters.hypervisor.ownerwatch import OwnerCache
+from reconciler.adapters.hypervisor.transport.ownerwatch import OwnerCache
 from reconciler.core.render.domainxml import domain_xml
 from reconciler.core.render.metadata import NAMESPACE, PREFIX, owner_xml
 from reconciler.model import DomainState, Host, Owner

@@ -11,7 +11,7 @@ import pytest
 from hostservices import BlankImage
 from test_host_images import rpcs, volumes
 
-from reconciler.adapters.hypervisor import baseimage
+from reconciler.adapters.hypervisor.images import baseimage
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import PermanentError
 from reconciler.model import DomainState

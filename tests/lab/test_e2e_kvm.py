@@ -2,7 +2,7 @@
 
 ``proxyfleet hosts check`` runs first, with its KVM probe (a throw-away transient kvm domain
 booting a boot sector through real, protected and long mode; see
-``reconciler/adapters/hypervisor/kvmprobe.py``), and its report is asserted: the probe decided, the
+``adapters/hypervisor/hostcheck/kvmprobe.py``), and its report is asserted: the probe decided, the
 host's libvirt and QEMU versions are there, and for this ``domainType: kvm`` host a KVM
 that does not work fails the check. Only then, and only when the check says KVM is not
 usable, is the proxy test skipped, with the check's own reason (on the lab machines: "KVM

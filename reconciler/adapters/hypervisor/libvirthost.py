@@ -21,13 +21,13 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.addresses import domain_addresses
-from reconciler.adapters.hypervisor.baseimage import BaseImages, FileOpener, xml_of
-from reconciler.adapters.hypervisor.hostcheck import HostReport, Need, check_host
-from reconciler.adapters.hypervisor.hostobserve import observe_host
-from reconciler.adapters.hypervisor.libvirterrors import NO_SPACE
-from reconciler.adapters.hypervisor.libvirtrpc import LibvirtSession, RpcObserver
-from reconciler.adapters.hypervisor.unusedvolumes import remove_unused, remove_unused_base
+from reconciler.adapters.hypervisor.hostcheck.check import HostReport, Need, check_host
+from reconciler.adapters.hypervisor.images.baseimage import BaseImages, FileOpener, xml_of
+from reconciler.adapters.hypervisor.images.unusedvolumes import remove_unused, remove_unused_base
+from reconciler.adapters.hypervisor.observe.addresses import domain_addresses
+from reconciler.adapters.hypervisor.observe.hostobserve import observe_host
+from reconciler.adapters.hypervisor.transport.libvirterrors import NO_SPACE
+from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession, RpcObserver
 from reconciler.core.render.domainxml import domain_xml, overlay_volume_xml
 from reconciler.core.render.metadata import (
     NAMESPACE,
@@ -69,7 +69,7 @@ class LibvirtHost:
         """``fleet``: when set, ``delete`` refuses a domain another fleet owns (the
         last-moment check of the pinned fleet id). ``watch``: owners are kept between
         observes and read again when libvirt's domain events say they changed (the daemon;
-        reconciler.adapters.hypervisor.ownerwatch)."""
+        reconciler.adapters.hypervisor.transport.ownerwatch)."""
         self._host = host
         self._fleet = fleet
         self._session = LibvirtSession(host, settings, observer=observer, watch=watch)
@@ -214,7 +214,7 @@ class LibvirtHost:
     def remove_volumes(self, domain: str, volumes: tuple[str, ...]) -> tuple[str, ...]:
         """Delete ``volumes`` of ``domain``, a domain that must not exist; returns those deleted.
 
-        Confirmed on the host right before deleting (reconciler.adapters.hypervisor.unusedvolumes):
+        Confirmed on the host right before deleting (``images.unusedvolumes``):
         only ``domain``'s overlay and seed names are accepted, no domain of that
         name exists, and no domain's disk points at any of the volumes. Any
         doubt is a PermanentError and nothing is deleted. A volume already gone
@@ -229,7 +229,7 @@ class LibvirtHost:
 
     def remove_unused_base(self, base: str) -> tuple[str, ...]:
         """Delete ``base`` and its marker unless a domain's disk chain names it
-        (reconciler.adapters.hypervisor.unusedvolumes); empty when it is still in use."""
+        (reconciler.adapters.hypervisor.images.unusedvolumes); empty when it is still in use."""
         return remove_unused_base(self._session, self._images, base)
 
     def addresses(self, domain: str) -> tuple[str, ...]:

@@ -295,7 +295,7 @@ class Metrics:
         counts: dict[tuple[str, str], int] = {}
         self.proxy_health.clear()
         for proxy in report.proxies:
-            key = (proxy.zone, proxy.state)
+            key = (proxy.zone, proxy.state.value)
             counts[key] = counts.get(key, 0) + 1
             for health in Health:
                 value = 1 if proxy.health == health else 0

@@ -38,6 +38,7 @@ from jsonschema import Draft4Validator, ValidationError
 
 from reconciler.core.load import userdata
 from reconciler.core.load.expansion import Budget, size
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.reading import ProxyReading, UserDataSource
 from reconciler.core.load.schemacheck import suggest
 from reconciler.core.load.yamlload import (
@@ -161,14 +162,18 @@ def is_cloud_config(text: str) -> bool:
 
 
 def check(
-    proxy: ProxyReading, lines: Mapping[str, Sequence[str]], *, budget: Budget | None = None
+    proxy: ProxyReading,
+    lines: Mapping[str, Sequence[str]],
+    *,
+    budget: Budget | None = None,
+    memo: LoadMemo | None = None,
 ) -> list[Problem]:
     """Problems of the proxy's userData as a cloud-config ([] when it is not one);
     ``lines``: every file's lines by path (the manifest's, or the userData file's);
     ``budget``: the load's, charged with the text (once) and its YAML values."""
     if proxy.user_data is None or proxy.source is None:
         return []
-    return check_text(proxy.user_data, proxy.source, lines, budget=budget)
+    return check_text(proxy.user_data, proxy.source, lines, budget=budget, memo=memo)
 
 
 def check_text(
@@ -177,8 +182,10 @@ def check_text(
     lines: Mapping[str, Sequence[str]],
     *,
     budget: Budget | None = None,
+    memo: LoadMemo | None = None,
 ) -> list[Problem]:
-    """``check`` for ``text`` written at ``source`` (vendorData: ``userdata.vendor_source``)."""
+    """``check`` for ``text`` written at ``source`` (vendorData: ``userdata.vendor_source``);
+    ``memo``: where the findings of earlier loads are kept (none: a fresh one)."""
     if not is_cloud_config(text):
         return []
     if budget is not None and budget.exhausted:
@@ -189,7 +196,7 @@ def check_text(
         limit = budget.limits.max_cloud_config_bytes
         if not budget.take_cloud_config(key, len(checked.encode("utf-8"))):
             return [userdata.field_problem(source, _TOO_MUCH.format(limit=size(limit)))]
-    result = findings(checked, budget.values if budget is not None else None)
+    result = findings(checked, budget.values if budget is not None else None, memo=memo)
     if result is None:
         limit = budget.limits.max_values if budget is not None else 0
         return [userdata.field_problem(source, _TOO_DENSE.format(limit=limit))]
@@ -232,40 +239,36 @@ _TOO_DENSE = (
     "total; this cloud-config was not checked"
 )
 
-_CACHE: dict[bytes, tuple[tuple[Finding, ...], int]] = {}
-_CACHE_SIZE = 4096
-"""Texts remembered; above ``ExpandLimits.max_proxies``, so one load never evicts its own."""
-
 
 def _key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
-def findings(text: str, budget: ValueBudget | None = None) -> tuple[Finding, ...] | None:
-    """The problems of one cloud-config text, remembered by the text's sha256.
+def findings(
+    text: str, budget: ValueBudget | None = None, *, memo: LoadMemo | None = None
+) -> tuple[Finding, ...] | None:
+    """The problems of one cloud-config text, remembered in ``memo`` by the text's sha256.
 
     Parsing and checking one takes 20-30 ms (pure-Python YAML, an 86 KB schema);
-    the daemon loads the same userData every cycle, so each distinct text is
-    checked once per process. The text here carries placeholders, never values.
-    Its YAML values are charged to ``budget`` (from the cache too, so a load's
+    the daemon loads the same userData every cycle, so its engine's memo checks
+    each distinct text once. The text here carries placeholders, never values.
+    Its YAML values are charged to ``budget`` (from the memo too, so a load's
     verdict does not depend on what an earlier load saw); None once it ran out.
     """
-    key = _key(text)
-    cached = _CACHE.get(key)
-    if cached is None:
-        counted = ValueBudget(budget.limit - budget.used if budget is not None else 1 << 62)
-        try:
-            cached = (tuple(_check_text(text, counted)), counted.used)
-        except OverBudget:
-            if budget is not None:
-                budget.charge(counted.used)
-            return None
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.clear()
-        _CACHE[key] = cached
-    if budget is not None and not budget.charge(cached[1]):
+    counted = ValueBudget(budget.limit - budget.used if budget is not None else 1 << 62)
+
+    def compute() -> tuple[tuple[Finding, ...], int]:
+        return tuple(_check_text(text, counted)), counted.used
+
+    try:
+        found, used = (memo or LoadMemo(1)).cloud_configs.get(_key(text), compute)
+    except OverBudget:
+        if budget is not None:
+            budget.charge(counted.used)
         return None
-    return cached[0]
+    if budget is not None and not budget.charge(used):
+        return None
+    return found
 
 
 def _check_text(text: str, budget: ValueBudget | None = None) -> Iterator[Finding]:

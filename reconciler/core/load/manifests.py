@@ -23,6 +23,10 @@ cloud-config texts share one budget per load (reconciler.core.load.expansion).
 A root without ``fleet.yaml`` is refused before anything is walked: it is not a
 fleet repo, and whatever else lies there (a home directory) is not read.
 
+The files come through a ``RepoFiles`` (reconciler.core.load.repofiles): the
+loader itself does no I/O. ``reconciler.adapters.repo.diskfiles.load_repo_at``
+loads a checkout on disk.
+
 It never stops at the first problem. Either the whole repo is valid and a
 ``Repo`` comes back, or ``InvalidInput`` carries every problem found, sorted by
 file and line: nothing may act on a half-valid fleet.
@@ -30,9 +34,7 @@ file and line: nothing may act on a half-valid fleet.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from reconciler.core.load import (
@@ -42,13 +44,13 @@ from reconciler.core.load import (
     fixedaddress,
     proxydefaults,
     proxyset,
-    repofiles,
     userdata,
     userdatafile,
 )
 from reconciler.core.load.expansion import Budget, ExpandLimits
+from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet, read_proxy
-from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader, ReadLimits
+from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, FileKind, ReadLimits, RepoFiles
 from reconciler.core.load.schemacheck import MISSING, SCHEMA_FILES, check, did_you_mean
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
 from reconciler.core.load.userdatafile import UserDataFiles
@@ -74,45 +76,43 @@ __all__ = [
     "MANIFEST_SUFFIXES",
     "ExpandLimits",
     "ReadLimits",
+    "RepoFiles",
     "SecretAccess",
     "load_repo",
-    "manifest_files",
 ]
 
 
 def load_repo(
-    root: Path,
+    files: RepoFiles,
     *,
-    limits: ReadLimits = DEFAULT_LIMITS,
     secrets: SecretAccess = CHECK_ONLY,
     expand: ExpandLimits = DEFAULT_EXPAND,
+    memo: LoadMemo | None = None,
 ) -> Repo:
-    """The valid fleet repo under ``root``, or ``InvalidInput`` with every problem.
+    """The valid fleet repo of ``files``, or ``InvalidInput`` with every problem.
 
-    Files are read as ``repofiles`` says (regular files only, within ``limits``);
-    what they expand to is bounded by ``expand``. ``secrets`` says how far secret
+    ``files`` hands out regular files only, within its read limits; what they
+    expand to is bounded by ``expand``. ``secrets`` says how far secret
     references are followed: by default their files must exist; with a decryptor
-    they are decrypted into the proxies.
+    they are decrypted into the proxies. ``memo`` keeps what earlier loads of
+    the same repo computed (reconciler.core.load.loadmemo); none: a fresh one.
     """
-    if not root.is_dir():
-        raise InvalidInput([Problem(str(root), 0, 0, "", "not a directory")])
-    if not os.path.lexists(root / FLEET_FILE):
-        raise InvalidInput([Problem(FLEET_FILE, 0, 0, "", _missing_fleet(root))])
+    if files.kind(FLEET_FILE) is FileKind.MISSING:
+        raise InvalidInput([Problem(FLEET_FILE, 0, 0, "", _missing_fleet(files))])
     budget = Budget(expand)
     problems: list[Problem] = []
     fleets: list[FleetReading] = []
     proxies: list[ProxyReading] = []
     pending: list[tuple[Document, str]] = []
     broken_files: set[str] = set()
-    reader = Reader(root, limits)
     lines: dict[str, Sequence[str]] = {}
     # fleet.yaml first: what the budget leaves unread is never the Fleet.
-    for entry in sorted(repofiles.walk(root), key=lambda e: e.rel != FLEET_FILE):
+    for entry in sorted(files.walk(), key=lambda e: e.rel != FLEET_FILE):
         if entry.problem:
             problems.append(Problem(entry.rel, 0, 0, "", entry.problem))
             broken_files.add(entry.rel)
             continue
-        documents, found, text = _read(reader, entry.rel, budget)
+        documents, found, text = _read(files, entry.rel, budget)
         lines[entry.rel] = text.splitlines()
         if found:
             broken_files.add(entry.rel)
@@ -121,7 +121,7 @@ def load_repo(
             problems.extend(_classify(document, fleets, pending))
         if budget.values.spent:
             break  # _read said so, at the file that crossed it; the rest would say it again
-    fleet = _pick_fleet(root, fleets, broken_files, problems)
+    fleet = _pick_fleet(files, fleets, broken_files, problems)
     # Proxies are read once fleet.yaml is, wherever they sit: its defaults merge into them.
     defaults = _defaults(fleet)
     for document, kind in pending:
@@ -131,12 +131,13 @@ def load_repo(
         problems.extend(found_here)
         if budget.proxies_refused:
             break  # one problem says so; the documents after it are not built
-    files = UserDataFiles(reader)
-    resolver = SecretResolver(root, reader, secrets)
+    user_data_files = UserDataFiles(files)
+    memo = memo if memo is not None else LoadMemo()
+    resolver = SecretResolver(files, secrets, memo)
     resolved: dict[int, tuple[SecretValue, ...]] = {}
     for index, reading in enumerate(proxies):
         proxy, found_here = userdatafile.resolve(
-            reading, fleet.document if fleet else None, files, lines
+            reading, fleet.document if fleet else None, user_data_files, lines
         )
         too_much = _hold_user_data(proxy, budget)
         if too_much is not None:
@@ -145,10 +146,12 @@ def load_repo(
             break
         proxies[index] = proxy
         problems.extend(found_here)
-        problems.extend(cloudconfig.check(proxy, lines, budget=budget))
+        problems.extend(cloudconfig.check(proxy, lines, budget=budget, memo=memo))
         if proxy.vendor_data is not None:
             vendor = userdata.vendor_source(proxy, fleet.document if fleet else None)
-            problems.extend(cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget))
+            problems.extend(
+                cloudconfig.check_text(proxy.vendor_data, vendor, lines, budget=budget, memo=memo)
+            )
         found_here, resolved[id(proxy)] = resolver.resolve(proxy, lines)
         problems.extend(found_here)
     semantic = list(crossref.check_proxies(proxies, fleet))
@@ -167,20 +170,15 @@ def load_repo(
     return Repo(fleet=fleet.fleet, proxies=tuple(built))
 
 
-def manifest_files(root: Path) -> list[str]:
-    """Paths (relative, '/'-separated, sorted) of every manifest file under ``root``."""
-    return [entry.rel for entry in repofiles.walk(root) if not entry.problem]
-
-
 def _order(problem: Problem) -> tuple[str, int, int, str, str]:
     return (problem.file, problem.line, problem.column, problem.field, problem.message)
 
 
 def _read(
-    reader: Reader, rel: str, budget: Budget
+    files: RepoFiles, rel: str, budget: Budget
 ) -> tuple[tuple[Document, ...], tuple[Problem, ...], str]:
     """The documents of ``rel``, its problems, and its text (for userData's line numbers)."""
-    raw = reader.read(rel)
+    raw = files.read(rel)
     if isinstance(raw, Problem):
         return (), (raw,), ""
     try:
@@ -327,7 +325,7 @@ def _too_many(document: Document, path: FieldPath, budget: Budget) -> Problem:
 
 
 def _pick_fleet(
-    root: Path, fleets: list[FleetReading], broken_files: set[str], problems: list[Problem]
+    files: RepoFiles, fleets: list[FleetReading], broken_files: set[str], problems: list[Problem]
 ) -> FleetReading | None:
     """The Fleet of the repo (valid or not), reporting misplaced, second and missing ones."""
     ordered = sorted(
@@ -346,13 +344,15 @@ def _pick_fleet(
         problems.append(Problem(item.document.file, mark.line, mark.column, "kind", message))
     if first is None and FLEET_FILE not in broken_files:
         message = (
-            "has no kind: Fleet document" if (root / FLEET_FILE).is_file() else _missing_fleet(root)
+            "has no kind: Fleet document"
+            if files.kind(FLEET_FILE) is FileKind.FILE
+            else _missing_fleet(files)
         )
         problems.append(Problem(FLEET_FILE, 0, 0, "", message))
     return first
 
 
-def _missing_fleet(root: Path) -> str:
-    if (root / "fleet.yml").is_file():
+def _missing_fleet(files: RepoFiles) -> str:
+    if files.kind("fleet.yml") is FileKind.FILE:
         return "missing: the Fleet must be in fleet.yaml (found fleet.yml; rename it)"
     return "missing: the repo root needs a fleet.yaml with kind: Fleet; nothing else was read"

@@ -22,17 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from reconciler.core.load import durations, fixedaddress
+from reconciler.core.load import fixedaddress
+from reconciler.core.load.policies import read_health, read_policy
 from reconciler.core.load.yamlload import Document, FieldPath
 from reconciler.model.fleet import (
-    Amount,
     CloudInit,
     DomainType,
-    DriftMode,
     Firmware,
     FixedAddress,
     Fleet,
-    HealthCheck,
     Host,
     HostNetwork,
     HostState,
@@ -41,11 +39,8 @@ from reconciler.model.fleet import (
     Lifecycle,
     Location,
     MachineType,
-    Overcommit,
     Placement,
-    Policy,
     Proxy,
-    Rollout,
 )
 from reconciler.model.secrets import SecretValue
 
@@ -197,7 +192,7 @@ def read_fleet(document: Document, *, valid: bool) -> FleetReading:
             hosts=tuple(
                 _host(raw, entry, document) for raw, entry in zip(raw_hosts, hosts, strict=True)
             ),
-            policy=_policy(_dict(spec.get("policy"))),
+            policy=read_policy(_dict(spec.get("policy"))),
             location=_location(document),
         )
     return FleetReading(
@@ -242,7 +237,7 @@ def read_proxy(
                 user_data=user_data or "", vendor_data=vendor_data, network_config=network_config
             ),
             install_guest_agent=spec.get("installGuestAgent", True),
-            health=_health(spec.get("health", {})),
+            health=read_health(spec.get("health", {})),
             lifecycle=Lifecycle(protect=spec.get("lifecycle", {}).get("protect", False)),
             labels=tuple(sorted(metadata.get("labels", {}).items())),
             annotations=tuple(sorted(metadata.get("annotations", {}).items())),
@@ -325,65 +320,6 @@ def _host(value: dict[str, Any], entry: HostEntry, document: Document) -> Host:
         network=HostNetwork(kind=kind, name=name),
         location=Location(document.file, mark.line, mark.column),
         **options,
-    )
-
-
-def _policy(value: dict[str, Any]) -> Policy:
-    defaults = Policy()
-    return Policy(
-        prune=value.get("prune", defaults.prune),
-        max_deletes_per_run=value.get("maxDeletesPerRun", defaults.max_deletes_per_run),
-        allow_empty=value.get("allowEmpty", defaults.allow_empty),
-        drift=DriftMode(value.get("drift", defaults.drift.value)),
-        suspend=value.get("suspend", defaults.suspend),
-        rollout=_rollout(value.get("rollout", {})),
-        overcommit=_overcommit(value.get("overcommit", {})),
-        max_shrink_percent=value.get("maxShrinkPercent", defaults.max_shrink_percent),
-        acknowledge_shrink_to=value.get("acknowledgeShrinkTo"),
-    )
-
-
-def _overcommit(value: dict[str, Any]) -> Overcommit:
-    defaults = Overcommit()
-    return Overcommit(
-        memory=float(value.get("memory", defaults.memory)),
-        cpu=float(value.get("cpu", defaults.cpu)),
-        disk=float(value.get("disk", defaults.disk)),
-    )
-
-
-def _amount(value: int | str) -> Amount:
-    if isinstance(value, str):
-        return Amount(int(value.removesuffix("%")), percent=True)
-    return Amount(value)
-
-
-def _rollout(value: dict[str, Any]) -> Rollout:
-    defaults = Rollout()
-    surge = value.get("maxSurge")
-    unavailable = value.get("maxUnavailable")
-    return Rollout(
-        max_surge=_amount(surge) if surge is not None else defaults.max_surge,
-        max_unavailable=_amount(unavailable)
-        if unavailable is not None
-        else defaults.max_unavailable,
-    )
-
-
-def _health(value: dict[str, Any]) -> HealthCheck:
-    defaults = HealthCheck()
-    return HealthCheck(
-        proxy_port=value.get("proxyPort", defaults.proxy_port),
-        probe_url=value.get("probeURL", defaults.probe_url),
-        expect_status=value.get("expectStatus", defaults.expect_status),
-        timeout_seconds=durations.seconds(value.get("timeoutSeconds", defaults.timeout_seconds)),
-        replace_after_seconds=durations.seconds(
-            value.get("replaceAfterSeconds", defaults.replace_after_seconds)
-        ),
-        max_restarts=value.get("maxRestarts", defaults.max_restarts),
-        restart_window_seconds=durations.seconds(
-            value.get("restartWindowSeconds", defaults.restart_window_seconds)
-        ),
     )
 
 

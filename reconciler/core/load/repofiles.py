@@ -1,27 +1,26 @@
-"""The files of a fleet repo, read as untrusted input: regular files only, sizes bounded.
+"""The seam through which a fleet repo's files reach the loader: ``RepoFiles``.
 
-Whoever can push to the fleet repo decides what lands in the checkout. A
-manifest that is a symbolic link could point at a secret of the management
-box (its content would reach error messages and the status branch) or at
-``/dev/zero`` (read until memory runs out). So this module:
+The loader (reconciler.core.load.manifests) does no I/O: it asks a ``RepoFiles``
+for the walk, the kind of a path and the bytes of a file, as resolvelib asks
+its provider. Two implementations keep the same rules:
 
-- walks the tree without following links, and reports every link or special
-  file whose name looks like a manifest (and every linked directory, which
-  would otherwise hide manifests silently) as a problem naming the file, never
-  reading it, never showing where it points;
-- opens each file with ``O_NOFOLLOW`` and checks the opened descriptor is a
-  regular file, so a swap between the walk and the read changes nothing;
-- reads at most ``ReadLimits.max_file_bytes`` of one file and
-  ``ReadLimits.max_repo_bytes`` over the whole repo; past either, a problem.
+- ``reconciler.adapters.repo.diskfiles.DiskRepoFiles``, the checkout on disk,
+  read as untrusted input: the walk follows no link, each file is opened
+  component by component with ``O_NOFOLLOW``, special files are refused by
+  what they are before any read;
+- ``reconciler.core.load.memoryfiles.MemoryRepoFiles``, a repo held in memory,
+  for tests.
+
+Both report links and special files with the texts below, and count the bytes
+they hand out against ``ReadLimits`` with ``ReadCounter``, so a problem reads
+the same whichever one served the load.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from enum import Enum
+from typing import Protocol
 
 from reconciler.errors import Problem
 
@@ -47,135 +46,89 @@ class Entry:
     """Set when the entry must not be read (a link, a special file)."""
 
 
-def walk(root: Path) -> list[Entry]:
-    """Every manifest candidate under ``root``, sorted, links and special files flagged."""
-    found: list[Entry] = []
-    for directory, subdirs, files in os.walk(root, followlinks=False):
-        base = Path(directory).relative_to(root)
-        kept = []
-        for name in sorted(d for d in subdirs if not d.startswith(".")):
-            if os.path.islink(os.path.join(directory, name)):
-                found.append(Entry((base / name).as_posix(), _LINKED_DIR))
-            else:
-                kept.append(name)
-        subdirs[:] = kept
-        for name in files:
-            if name.startswith(".") or not name.endswith(MANIFEST_SUFFIXES):
-                continue
-            rel = (base / name).as_posix()
-            found.append(Entry(rel, _kind_problem(os.lstat(os.path.join(directory, name)))))
-    return sorted(found, key=lambda e: e.rel)
+class FileKind(Enum):
+    """What a path of the repo is, links not followed."""
+
+    MISSING = "missing"
+    FILE = "file"
+    FOLDER = "folder"
+    LINK = "link"
+    FIFO = "fifo"
+    SPECIAL = "special"
 
 
-_LINKED_DIR = "is a symbolic link to a directory; links are not followed in the fleet repo"
-_LINK = "is a symbolic link; manifests must be regular files (links are not followed)"
+class RepoFiles(Protocol):
+    """The files of one fleet repo, for one load (it counts what it hands out).
 
+    Paths are repo-relative and '/'-separated. Costs: ``walk`` lists the whole
+    tree once; ``read`` reads one file; the others look at one path.
+    """
 
-def _kind_problem(info: os.stat_result) -> str:
-    if stat.S_ISLNK(info.st_mode):
-        return _LINK
-    if stat.S_ISDIR(info.st_mode):
-        return "is a directory; manifests must be regular files"
-    if stat.S_ISFIFO(info.st_mode):
-        return "is a FIFO (named pipe); manifests must be regular files"
-    if not stat.S_ISREG(info.st_mode):
-        return "is not a regular file; manifests must be regular files"
-    return ""
+    def walk(self) -> list[Entry]:
+        """Every manifest candidate (``MANIFEST_SUFFIXES``, no dot-names), sorted by path;
+        links and special files carry their problem and are never read."""
 
-
-class Reader:
-    """Reads manifest files under one root, keeping the running total against the limits."""
-
-    def __init__(self, root: Path, limits: ReadLimits) -> None:
-        self._root = root
-        self._limits = limits
-        self.total = 0
-
-    def siblings(self, rel: str) -> list[str]:
-        """The regular files beside ``rel`` (repo-relative paths; none for a path that leaves
-        the repo or a folder that is missing or a link): what a typo in ``rel`` meant."""
-        parent = PurePosixPath(rel).parent
-        if parent.is_absolute() or ".." in parent.parts:
-            return []
-        folder = self._root / parent
-        if folder.is_symlink() or not folder.is_dir():
-            return []
-        with os.scandir(folder) as entries:
-            names = [e.name for e in entries if e.is_file(follow_symlinks=False)]
-        return sorted(str(parent / name) for name in names)
+    def kind(self, rel: str) -> FileKind | str:
+        """What ``rel`` is, not following a link; a str says why it cannot be looked at."""
 
     def read(self, rel: str) -> bytes | Problem:
-        """The bytes of ``rel``, or the Problem that stops it from being read.
+        """The bytes of ``rel``, or the Problem (``message`` only) that stops the read: a
+        link anywhere on the way, a special or missing file, a file past the limits."""
 
-        Every component of ``rel`` is opened without following links, so neither the
-        file nor a folder on its way may be a link (a userData file or a secret is
-        named by a path someone wrote, not found by the walk).
-        """
-        try:
-            fd = _open_beneath(self._root, rel)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return Problem(rel, 0, 0, "", _LINK)
-            return Problem(rel, 0, 0, "", f"cannot read: {exc.strerror}")
-        try:
-            kind = _kind_problem(os.fstat(fd))
-            if kind:  # a directory or FIFO is refused by what it is, before any read
-                return Problem(rel, 0, 0, "", kind)
-            left = self._limits.max_repo_bytes - self.total
-            cap = min(self._limits.max_file_bytes, left)
-            data = _read_up_to(fd, cap + 1)
-        finally:
-            os.close(fd)
-        if len(data) > self._limits.max_file_bytes:
+    def siblings(self, rel: str) -> list[str]:
+        """The regular files beside ``rel`` (none for a path that leaves the repo or a
+        folder that is missing or a link): what a typo in ``rel`` meant."""
+
+
+LINKED_DIR = "is a symbolic link to a directory; links are not followed in the fleet repo"
+LINK = "is a symbolic link; manifests must be regular files (links are not followed)"
+NO_SUCH_FILE = "cannot read: No such file or directory"
+
+
+def kind_problem(kind: FileKind) -> str:
+    """Why a path of ``kind`` is not read as a manifest ('' for a regular file)."""
+    match kind:
+        case FileKind.FILE:
+            return ""
+        case FileKind.LINK:
+            return LINK
+        case FileKind.FOLDER:
+            return "is a directory; manifests must be regular files"
+        case FileKind.FIFO:
+            return "is a FIFO (named pipe); manifests must be regular files"
+        case _:
+            return "is not a regular file; manifests must be regular files"
+
+
+class ReadCounter:
+    """The running total of one load's reads against ``ReadLimits``."""
+
+    def __init__(self, limits: ReadLimits) -> None:
+        self.limits = limits
+        self.total = 0
+
+    def cap(self) -> int:
+        """The most bytes the next file may have: read one more to tell it went over."""
+        return min(self.limits.max_file_bytes, self.limits.max_repo_bytes - self.total)
+
+    def take(self, rel: str, data: bytes) -> bytes | Problem:
+        """``data`` (read up to ``cap() + 1`` bytes of ``rel``), counted; or the limit it
+        crossed."""
+        if len(data) > self.limits.max_file_bytes:
             return Problem(
-                rel, 0, 0, "", f"larger than the limit of {_size(self._limits.max_file_bytes)}"
+                rel, 0, 0, "", f"larger than the limit of {_size(self.limits.max_file_bytes)}"
             )
-        if len(data) > cap:
+        if len(data) > self.cap():
             return Problem(
                 rel,
                 0,
                 0,
                 "",
-                f"the repo's manifests exceed the limit of {_size(self._limits.max_repo_bytes)} "
+                f"the repo's manifests exceed the limit of {_size(self.limits.max_repo_bytes)} "
                 "in total; this file and the ones after it were not read",
             )
         self.total += len(data)
         return data
-
-
-def _read_up_to(fd: int, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``fd``, read to its end or the limit."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, min(limit - size, 1024 * 1024))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
-def _open_beneath(root: Path, rel: str) -> int:
-    """A descriptor of ``root/rel``, each component opened with O_NOFOLLOW (OSError else)."""
-    cloexec = getattr(os, "O_CLOEXEC", 0)
-    *folders, name = rel.split("/")
-    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | cloexec)
-    try:
-        for folder in folders:
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | cloexec
-            try:
-                inner = os.open(folder, flags, dir_fd=directory)
-            except NotADirectoryError:  # Linux says so of a link too: tell them apart
-                if stat.S_ISLNK(os.lstat(folder, dir_fd=directory).st_mode):
-                    raise OSError(errno.ELOOP, "a folder on the way is a link") from None
-                raise
-            os.close(directory)
-            directory = inner
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | cloexec
-        return os.open(name, flags, dir_fd=directory)
-    finally:
-        os.close(directory)
 
 
 def _size(n: int) -> str:

@@ -26,17 +26,14 @@ does not let anyone test guesses of a short password cheaply.
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Protocol
 
 from reconciler.core.load import userdata
+from reconciler.core.load.loadmemo import LoadMemo, text_key
 from reconciler.core.load.reading import ProxyReading
-from reconciler.core.load.repofiles import Reader
+from reconciler.core.load.repofiles import FileKind, RepoFiles
 from reconciler.errors import DecryptError, Problem
 from reconciler.model.secrets import (
     NAME_PATTERN,
@@ -71,7 +68,6 @@ class SecretAccess:
 CHECK_ONLY = SecretAccess()
 
 
-@lru_cache(maxsize=256)
 def fingerprint(name: str, value: str) -> str:
     """The keyed, slow hash of a secret's value that the spec digest covers."""
     salt = b"proxyfleet/secret/v1\0" + name.encode("utf-8")
@@ -82,9 +78,9 @@ def fingerprint(name: str, value: str) -> str:
 class SecretResolver:
     """Checks and resolves the references of one load; reads each secret file once."""
 
-    def __init__(self, root: Path, reader: Reader, access: SecretAccess) -> None:
-        self._root = root
+    def __init__(self, reader: RepoFiles, access: SecretAccess, memo: LoadMemo) -> None:
         self._reader = reader
+        self._memo = memo
         self._access = access
         self._seen: dict[str, SecretValue | str | None] = {}
 
@@ -122,7 +118,7 @@ class SecretResolver:
             )
         rel = secret_file(name)
         where = f"secret {name!r} ({rel})"
-        folder = _folder_problem(self._root)
+        folder = _folder_problem(self._reader)
         if folder:
             return f"{where}: {folder}"
         raw = self._reader.read(rel)
@@ -145,20 +141,22 @@ class SecretResolver:
         except UnicodeDecodeError:
             return f"{where} does not decrypt to UTF-8 text"
         value = value.removesuffix("\n").removesuffix("\r")
-        return SecretValue(name, value, fingerprint(name, value))
+        print_ = self._memo.fingerprints.get(
+            text_key(name, value), lambda: fingerprint(name, value)
+        )
+        return SecretValue(name, value, print_)
 
 
-def _folder_problem(root: Path) -> str:
+def _folder_problem(files: RepoFiles) -> str:
     """Why ``secrets/`` cannot be read from ('' when it can): it must be a real folder."""
-    try:
-        info = os.lstat(root / SECRETS_DIR)
-    except FileNotFoundError:
+    kind = files.kind(SECRETS_DIR)
+    if isinstance(kind, str):
+        return f"{SECRETS_DIR}/ {kind}"
+    if kind is FileKind.MISSING:
         return f"the repo has no {SECRETS_DIR}/ folder"
-    except OSError as exc:
-        return f"{SECRETS_DIR}/ cannot be read: {exc.strerror}"
-    if stat.S_ISLNK(info.st_mode):
+    if kind is FileKind.LINK:
         return f"{SECRETS_DIR}/ is a symbolic link; links are not followed in the fleet repo"
-    if not stat.S_ISDIR(info.st_mode):
+    if kind is not FileKind.FOLDER:
         return f"{SECRETS_DIR} is not a folder"
     return ""
 

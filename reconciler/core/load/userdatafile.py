@@ -2,7 +2,7 @@
 
 ``cloudInit.userDataFile`` names a file of the fleet repo, relative to its root,
 whose content is the userData. Whoever can push decides what the path says, so
-the file is read as strictly as a manifest (reconciler.core.load.repofiles): a
+the file is read as strictly as a manifest (reconciler.adapters.repo.diskfiles): a
 path that leaves the repo (absolute, or through ``..``), a name on the way that
 starts with ``.`` (the walk skips those, and ``.git/`` is git's own), a link anywhere on the
 way, a missing or special file, one past the read limit (1 MiB, as a manifest)
@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 
 from reconciler.core.load import proxydefaults, userdata, variables
 from reconciler.core.load.reading import ProxyReading, UserDataSource
-from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, Reader
+from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, RepoFiles
 from reconciler.core.load.schemacheck import did_you_mean
 from reconciler.core.load.yamlload import Document, FieldPath, format_path
 from reconciler.errors import Problem
@@ -37,7 +37,7 @@ FILE_KEY = "userDataFile"
 class UserDataFiles:
     """The userData files of one load, each read once (its text, or why it cannot be)."""
 
-    def __init__(self, reader: Reader) -> None:
+    def __init__(self, reader: RepoFiles) -> None:
         self._reader = reader
         self._seen: dict[str, str | Problem] = {}
 

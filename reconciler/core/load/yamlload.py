@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.composer import Composer, MaxDepthExceededError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
+from reconciler.core.load.quietyaml import QuietYaml
 from reconciler.errors import Problem
 
 FieldPath = tuple[str | int, ...]
@@ -150,7 +150,7 @@ def load_documents(
     With a ``budget``, every value composed is charged to it; past its limit
     ``OverBudget`` is raised (the caller says which text crossed it).
     """
-    yaml = YAML(typ="rt", pure=True)
+    yaml = QuietYaml(typ="rt", pure=True)
     yaml.max_depth = max_depth
     if budget is not None:
         yaml.Composer = _counting(budget)

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from reconciler.core.naming import resolve_image
 from reconciler.model import Owner, Repo
-from reconciler.model.plan import Action, Cleanup, Create, Replace
+from reconciler.model.plan import Action, Create, RemoveBase, Replace
 from reconciler.model.vm import (
     MARKER_SUFFIX,
     base_marker_name,
@@ -60,8 +60,8 @@ def unused_bases(
     vms: Mapping[tuple[str, str], Recorded],
     fleets: Mapping[str, Collection[str]],
     actions: Iterable[Action],
-) -> list[Cleanup]:
-    """A CLEANUP (``domain`` None, ``volumes`` the base then its marker) per unused base.
+) -> list[RemoveBase]:
+    """A ``RemoveBase`` (``volumes`` the base then its marker, those present) per unused base.
 
     ``volumes``: the pool of each reachable host of fleet.yaml; ``vms``: this
     fleet's VMs there by (host, domain); ``fleets``: other fleets seen per
@@ -75,7 +75,7 @@ def unused_bases(
         names = held.setdefault(host, set())
         recorded = _recorded(vm.owner)
         held[host] = None if names is None or recorded is None else names | recorded
-    removals: list[Cleanup] = []
+    removals: list[RemoveBase] = []
     for host in sorted(volumes):
         names = held.get(host, set())
         if names is None or fleets.get(host) or host in busy:
@@ -90,7 +90,7 @@ def unused_bases(
                 f"base image {base} is unused: no image of fleet.yaml needs it "
                 f"and no VM of this fleet on {host} records it"
             )
-            removals.append(Cleanup(reason=reason, host=host, volumes=found))
+            removals.append(RemoveBase(reason=reason, host=host, base=base, volumes=found))
     return removals
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from reconciler.core.plan.capacity import GIB
 from reconciler.core.plan.healing import Cure, Verdict
-from reconciler.core.plan.vms import OwnedVm, block
+from reconciler.core.plan.vms import OwnedVm
 from reconciler.model import ActionKind, DomainState, DriftMode
-from reconciler.model.plan import Action, Blocked, Keep, Start
+from reconciler.model.plan import Action, Blocked, Keep, Start, block
 
-UP_TO_DATE = "up to date"
 RESUME_ROOM = GIB
 """Free pool space at which a VM paused on an I/O error is resumed."""
 
@@ -37,7 +36,14 @@ def kept_vm_action(
         return vm.action(Keep, verdict.reason)
     state = vm.state
     if state is DomainState.RUNNING:
-        return vm.action(Keep, UP_TO_DATE)
+        return Keep(
+            reason="up to date",
+            proxy=vm.proxy,
+            host=vm.host,
+            domain=vm.name,
+            digest=vm.digest,
+            up_to_date=True,
+        )
     if state is DomainState.SHUTOFF:
         if drift is DriftMode.CORRECT:
             return vm.action(Start, "shut off; drift: correct starts it")

@@ -39,7 +39,7 @@ from functools import partial
 from reconciler.core.naming import MAX_DOMAIN_NAME, domain_name, resolve_image
 from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
-from reconciler.core.plan.digest import proxy_digest
+from reconciler.core.plan.digest import Digests, proxy_digest
 from reconciler.core.plan.drain import draining, leaving
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
 from reconciler.core.plan.handover import Handover, handover, preference
@@ -52,7 +52,7 @@ from reconciler.core.plan.placement import Placement
 from reconciler.core.plan.recreate import first_half, is_down
 from reconciler.core.plan.relabel import record_protect
 from reconciler.core.plan.rollout import pace
-from reconciler.core.plan.vms import Made, OwnedVm, block, delete
+from reconciler.core.plan.vms import Made, OwnedVm, delete, new_vm
 from reconciler.model import ActionKind, DomainState, Host, Inventory, Plan, Proxy, Repo
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
@@ -60,12 +60,11 @@ from reconciler.model.plan import (
     MUTATING,
     Action,
     Blocked,
-    Create,
     Delete,
     Keep,
     Keeper,
     NewVm,
-    Replace,
+    block,
 )
 
 CREATE, START = ActionKind.CREATE, ActionKind.START
@@ -80,17 +79,22 @@ def plan(
     inventory: Inventory,
     history: History | None = None,
     limits: Limits | None = None,
+    *,
+    memo: Digests | None = None,
 ) -> Plan:
-    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier
-    runs saw (``history``; none: the day-2 rules that need the past do not fire) and the
-    box's bounds (``limits``: a new VM's deadline, the delete window's budget)."""
-    return _Planner(repo, inventory, history or History(), limits or Limits()).run()
+    """Diff ``repo`` against ``inventory`` under ``repo.fleet.policy``, with what earlier runs
+    saw (``history``; none: the day-2 rules that need the past do not fire), the box's bounds
+    (``limits``: a new VM's deadline, the delete window's budget) and ``memo``'s digests."""
+    digests = memo if memo is not None else Digests()
+    return _Planner(repo, inventory, history or History(), limits or Limits(), digests).run()
 
 
 class _Planner:
     """One planning pass. Its state (host load) lives only as long as ``plan`` runs."""
 
-    def __init__(self, repo: Repo, inventory: Inventory, history: History, limits: Limits) -> None:
+    def __init__(
+        self, repo: Repo, inventory: Inventory, history: History, limits: Limits, memo: Digests
+    ) -> None:
         self.repo = repo
         self.history = history
         self.limits = limits
@@ -109,6 +113,7 @@ class _Planner:
         self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
         self.down: dict[str, set[str]] = defaultdict(set)  # zone -> fixed proxies not serving
         self.digests: dict[tuple[str, str], str] = {}  # (proxy, host) -> digest, per plan
+        self.digest_of = partial(proxy_digest, memo=memo)  # memo: digests of earlier plans
         self.made: dict[tuple[str, str], Made | None] = {}  # (image, machine type) -> Made
         self.split: dict[str, tuple[list[OwnedVm], list[OwnedVm]]] = {}  # see _split
         self.room = Room(inventory, self.policy.overcommit)
@@ -224,11 +229,10 @@ class _Planner:
         return found
 
     def _digest(self, proxy: Proxy, made: Made, host: str) -> str:
-        """The digest of ``proxy`` on ``host``, computed once per plan: the probe-path guard,
-        the proxy's own rules, name clashes and cleanups all ask for it."""
+        """The digest of ``proxy`` on ``host``, computed once per plan (many rules ask)."""
         key = (proxy.name, host)
         if key not in self.digests:
-            self.digests[key] = proxy_digest(
+            self.digests[key] = self.digest_of(
                 proxy, self.hosts[host], image=made.image, machine_type=made.machine_type
             )
         return self.digests[key]
@@ -368,25 +372,15 @@ class _Planner:
         self.room.take(host, made.machine_type, made.image)
         vm = self._new(proxy, made, host)
         reason = f"new VM {why}" + (f"; {note}" if note else "")
-        if replaces is None:
-            return Create(
-                reason=reason, proxy=proxy.name, host=host, domain=name, digest=digest, vm=vm
-            )
-        why_new = heal or f"spec changed ({replaces.digest[:8]} -> {digest[:8]})"
-        reason = (
-            f"{why_new}: {reason}; "
-            f"{replaces.name} on {replaces.host} is deleted in a later run, "
-            "once the new VM is healthy"
-        )
-        return Replace(
-            reason=reason,
-            proxy=proxy.name,
-            host=host,
+        return new_vm(
+            proxy.name,
+            host,
             domain=name,
             digest=digest,
             vm=vm,
-            replaces=replaces.ref,
-            heal=bool(heal),
+            reason=reason,
+            replaces=replaces,
+            heal=heal,
         )
 
     def _new(self, proxy: Proxy, made: Made, host: str) -> NewVm:

@@ -28,11 +28,11 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
 from reconciler.core.plan.handover import handover, preference
-from reconciler.core.plan.vms import OwnedVm, block, delete
+from reconciler.core.plan.vms import OwnedVm, delete
 from reconciler.model.fleet import Proxy, Rollout
 from reconciler.model.history import History
 from reconciler.model.limits import Limits
-from reconciler.model.plan import Action, Delete
+from reconciler.model.plan import Action, Delete, block
 
 
 def first_half(proxy: Proxy, vms: Sequence[OwnedVm], *, why: str) -> list[Action]:

@@ -1,4 +1,4 @@
-"""The planner's vocabulary: an owned VM as observed, what a proxy is made of, a blocked action."""
+"""The planner's vocabulary: an owned VM as observed, what a proxy is made of, a new VM."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from reconciler.model import Domain, DomainRef, DomainState, Image, MachineType,
 from reconciler.model.plan import (
     Abandon,
     Action,
-    Blocked,
-    Cleanup,
+    Create,
     Delete,
     Keep,
     Keeper,
-    Relabel,
+    NewVm,
+    Replace,
     Start,
-    replaced,
+    block,
 )
 
 A = TypeVar("A", Keep, Start, Delete, Abandon)
@@ -66,33 +66,6 @@ class OwnedVm:
         )
 
 
-def block(action: Action, reason: str) -> Blocked:
-    """The same action, stopped by a safety rule."""
-    if isinstance(action, Blocked):
-        return Blocked(
-            reason=reason,
-            proxy=action.proxy,
-            host=action.host,
-            domain=action.domain,
-            digest=action.digest,
-            blocks=action.blocks,
-            replaces=action.replaces,
-            owner=action.owner,
-            volumes=action.volumes,
-        )
-    return Blocked(
-        reason=reason,
-        proxy=action.proxy,
-        host=action.host,
-        domain=action.domain,
-        digest=action.digest,
-        blocks=action.kind,
-        replaces=replaced(action),
-        owner=action.owner if isinstance(action, Relabel) else None,
-        volumes=action.volumes if isinstance(action, Cleanup) else (),
-    )
-
-
 def delete(
     vm: OwnedVm,
     reason: str,
@@ -104,3 +77,36 @@ def delete(
     """The delete of ``vm`` (see ``Delete``), blocked when its proxy is ``protect``-ed."""
     action = replace(vm.action(Delete, reason), keeper=keeper, recreate=recreate)
     return block(action, PROTECTED) if protect else action
+
+
+def new_vm(
+    proxy: str,
+    host: str,
+    *,
+    domain: str,
+    digest: str,
+    vm: NewVm,
+    reason: str,
+    replaces: OwnedVm | None,
+    heal: str,
+) -> Create | Replace:
+    """The CREATE of a VM placed on ``host`` and named ``domain``, or with ``replaces`` the
+    REPLACE of that VM (``heal``: why one whose spec did not change is replaced)."""
+    if replaces is None:
+        return Create(reason=reason, proxy=proxy, host=host, domain=domain, digest=digest, vm=vm)
+    why_new = heal or f"spec changed ({replaces.digest[:8]} -> {digest[:8]})"
+    reason = (
+        f"{why_new}: {reason}; "
+        f"{replaces.name} on {replaces.host} is deleted in a later run, "
+        "once the new VM is healthy"
+    )
+    return Replace(
+        reason=reason,
+        proxy=proxy,
+        host=host,
+        domain=domain,
+        digest=digest,
+        vm=vm,
+        replaces=replaces.ref,
+        heal=bool(heal),
+    )

@@ -1,1 +1,2 @@
-"""Stage 4, status: the status document and STATUS.md built from a RunReport. Pure."""
+"""Stage 4, status: the status document and STATUS.md built from a RunReport, and the
+history a run hands on to the next (``history``). Pure."""

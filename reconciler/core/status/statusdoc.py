@@ -82,7 +82,7 @@ def proxy_entry(p: ProxyStatus) -> Doc:
         "zone": p.zone,
         "host": p.host,
         "domain": p.domain,
-        "state": p.state,
+        "state": p.state.value,
         "ip": p.ip,
         "health": p.health.value,
         "detail": p.detail,

@@ -1,0 +1,1 @@
+"""The fleet repo checkout on disk, read as untrusted input for the loader."""

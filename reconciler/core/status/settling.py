@@ -1,0 +1,74 @@
+"""Which proxies a run leaves settling: a new VM not healthy yet, or a first pass that lets
+the next plan hand over. Pure.
+
+``RunReport.settling`` names them: a daemon runs again soon (engine/daemon.FOLLOW_UP)
+instead of waiting its interval, and ``apply`` follows up likewise (cli/followups.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from reconciler.model import ActionKind, Inventory
+from reconciler.model.history import History
+from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyState, ProxyStatus
+
+NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
+
+
+def settling(
+    outcomes: Sequence[ActionOutcome],
+    vms: Sequence[ProxyStatus],
+    *,
+    inventory: Inventory,
+    fleet: str,
+    history: History,
+    now: datetime,
+    window: float,
+) -> tuple[str, ...]:
+    """The proxies whose VM runs, is not healthy yet and is new: this run created, replaced
+    or started it, or its recorded creation time is less than ``window`` seconds before
+    ``now`` (a VM that a run before a restart made and that is still booting). And those
+    whose VM passed its first check in this run while another VM of the proxy still
+    exists: the next plan hands over (deletes the old VM, starts the zone's next batch),
+    and a rollout would otherwise wait an interval per batch. ``inventory`` is what the
+    run observed before it acted, ``history`` what earlier runs handed on to it.
+
+    A VM that stays unhealthy longer than that is no longer "new": it waits for
+    the interval like any other problem.
+    """
+    acted = {
+        (o.action.host, o.action.domain)
+        for o in outcomes
+        if o.result is ActionResult.SUCCEEDED and o.action.kind in NEW_VM_ACTIONS
+    }
+    created: dict[tuple[str, str], str] = {}
+    owned: dict[str, set[tuple[str, str]]] = {}  # each proxy's VMs on the hosts
+    for h in inventory.hosts:
+        for d in h.domains:
+            if d.owner is not None and d.owner.fleet == fleet:
+                created[(h.name, d.name)] = d.owner.created
+                owned.setdefault(d.owner.proxy, set()).add((h.name, d.name))
+    names = set()
+    for vm in vms:
+        key = (vm.host, vm.domain)
+        new = key in acted or _younger(created.get(key, ""), now, window)
+        if vm.health is Health.HEALTHY:
+            first = not history.record(vm.host, vm.domain).healthy_once
+            if first and owned.get(vm.name, set()) - {key}:
+                names.add(vm.name)
+        elif vm.state is ProxyState.RUNNING and new:
+            names.add(vm.name)
+    return tuple(sorted(names))
+
+
+def _younger(recorded: str, now: datetime, window: float) -> bool:
+    """True when the ISO time ``recorded`` lies within ``window`` seconds before ``now``."""
+    try:
+        when = datetime.fromisoformat(recorded)
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return 0 <= (now - when).total_seconds() < window
