@@ -101,6 +101,10 @@ def test_reconcile_get_and_info_ask_a_running_daemon_process_over_its_control_so
             revision = git(remote.work, "rev-parse", "HEAD")
             assert done.returncode == 0, done.stdout + done.stderr
             assert "Run requested" in done.stderr
+            streamed = done.stderr.splitlines()  # the run's steps as the daemon logged them
+            assert any(line.startswith("  Reconcile started (") for line in streamed), streamed
+            assert "  Planned 0 change(s): 2 keep." in streamed
+            assert any(line.startswith("  Reconcile finished: ") for line in streamed), streamed
             assert done.stdout.startswith(f"Run success at {revision[:12]} in "), done.stdout
             assert "Ready; 2/2 proxies healthy." in done.stdout
 

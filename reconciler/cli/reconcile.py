@@ -6,9 +6,9 @@ after the request: when a run is going already, the next one (which fetches
 the repo again). Its outcome is printed as the daemon logged it: result,
 revision, duration, the Ready condition, what was applied, what failed, what
 a safety rule blocked, and the problems of a stalled run. While it waits, it says
-on stderr when the run was requested and then, every 30 s, how long it has waited
-(the control socket streams no progress; ``proxyfleet get`` shows the live
-picture, the daemon's journal every step); ``--quiet`` drops those lines.
+on stderr when the run was requested, then streams the run's steps as the daemon
+logs them (what its journal shows for that run: each action, each health gate),
+and, after 30 s without one, how long it has waited; ``--quiet`` drops those lines.
 
 Exit codes, as ``apply`` gives them for the same run (docs/operations.md, "Exit codes"):
 0 the run succeeded and the fleet is Ready; 3 it went as far as it could but the fleet is
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
                     " (a run is going; yours is the next one)" if answer.get("runningNow") else ""
                 )
                 say(f"Run requested{going}; waiting for its result.")
+            elif event == "step":
+                say(f"  {answer.get('message', '')}")
             elif event == "standby":
                 return standby("reconcile", answer)
             elif event == "stopping":

@@ -4,10 +4,13 @@
 that *starts* after the request (a run already going when the request came may
 have fetched the repo before it, so it does not count; the request's trigger
 queues the next one, coalesced with any other, reconciler.engine.triggers).
+While a run goes on, the board keeps its steps (the lines the daemon logs for it,
+reconciler.engine.steps relays them), so that a waiter sees its run's progress.
 
 ``Control.handle`` serves the three commands (adapters.surface.controlsocket carries them):
 
-- ``reconcile``: ``{"event": "queued"}`` at once, then ``{"event": "finished",
+- ``reconcile``: ``{"event": "queued"}`` at once, then ``{"event": "step", "message":
+  ...}`` for each line the daemon logs during the run that answers, then ``{"event": "finished",
   "run": ...}`` with the run's summary, or ``{"event": "standby", "role": ...}``
   when this daemon stood by (naming the leader when the lock says who it is),
   or ``{"event": "stopping"}`` when the daemon stops first;
@@ -24,7 +27,7 @@ queues the next one, coalesced with any other, reconciler.engine.triggers).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +49,15 @@ class Finished:
     """``Leadership.describe()`` after the run ("" without leadership)."""
 
 
+MAX_STEPS = 2000
+"""Lines of one run the board keeps for its waiters (the journal has every one)."""
+MAX_STEP_LENGTH = 1000
+"""Characters of one step line passed on; a longer line is cut."""
+
+
 class RunBoard:
-    """Run numbers and waiters; every method is thread-safe. See the module docstring."""
+    """Run numbers, the going run's steps and waiters; every method is thread-safe. See
+    the module docstring."""
 
     def __init__(self, fire: Callable[[], None]) -> None:
         self._fire = fire
@@ -56,6 +66,8 @@ class RunBoard:
         self._running = False
         self._last: Finished | None = None
         self._closed = False
+        self._steps: list[str] = []
+        """The lines of the going run (run number ``_started``), at most ``MAX_STEPS``."""
 
     def ask(self) -> int:
         """Ask for a run; the ticket ``wait`` takes."""
@@ -69,7 +81,15 @@ class RunBoard:
         with self._cond:
             self._started += 1
             self._running = True
+            self._steps = []
             return self._started
+
+    def note(self, line: str) -> None:
+        """A step of the going run (a line the daemon logged); ignored between runs."""
+        with self._cond:
+            if self._running and len(self._steps) < MAX_STEPS:
+                self._steps.append(line[:MAX_STEP_LENGTH])
+                self._cond.notify_all()
 
     def finish(self, finished: Finished) -> None:
         with self._cond:
@@ -101,6 +121,36 @@ class RunBoard:
             if last is not None and last.number > ticket:
                 return last
             return None
+
+    def follow(self, ticket: int) -> Iterator[str | Finished]:
+        """The steps of the first run started after ``ticket`` as they are noted, then that
+        run's Finished; ends without it when the daemon stops first."""
+        seen = 0
+
+        def ours() -> list[str]:
+            # only the run that answers the ticket (not one going when it was asked); its
+            # steps stay until the next run starts, so none is lost to its finish
+            return self._steps if self._started == ticket + 1 else []
+
+        def news() -> bool:
+            finished = self._last is not None and self._last.number > ticket
+            return self._closed or finished or len(ours()) > seen
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(news)
+                last = self._last
+                if last is not None and last.number > ticket:
+                    steps, finished = ours()[seen:], last
+                elif self._closed:
+                    return
+                else:
+                    steps, finished = ours()[seen:], None
+                seen += len(steps)
+            yield from steps
+            if finished is not None:
+                yield finished
+                return
 
 
 class Control:
@@ -152,7 +202,12 @@ class Control:
         running = self._board.running
         ticket = self._board.ask()
         reply({"event": "queued", "runningNow": running, "role": self._role()})
-        finished = self._board.wait(ticket)
+        finished = None
+        for step in self._board.follow(ticket):
+            if isinstance(step, Finished):
+                finished = step
+            else:
+                reply({"event": "step", "message": step})
         if finished is None:
             reply({"event": "stopping"})
         elif finished.report is None:

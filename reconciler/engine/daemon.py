@@ -29,6 +29,7 @@ from reconciler.engine.cycle import source_cycle as source_cycle  # where caller
 from reconciler.engine.endpoints import sd_targets
 from reconciler.engine.parts import DaemonParts, endpoints, start_watchdog
 from reconciler.engine.runtime import Runtime
+from reconciler.engine.steps import relay_to
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
 from reconciler.logfields import start_run
@@ -216,14 +217,16 @@ class Daemon:
         return self._follow_up, "follow-up"
 
     def run_once(self, reasons: Sequence[str]) -> RunReport | None:
-        """One cycle now, then metrics, status and systemd STATUS (None: standing by)."""
+        """One cycle now, then metrics, status and systemd STATUS (None: standing by).
+        Its log lines are its steps on ``runs`` for the ``reconcile`` waiting on it."""
+        relay_to(self.runs)
+        number = self.runs.start()
+        start_run(str(number))
         log.info("Reconcile started (%s).", ", ".join(reasons))
         self._notifier.status(f"Reconciling ({', '.join(reasons)})")
         with self._lock:
             self._cycle_started = self._monotonic()
         started = self._clock()
-        number = self.runs.start()
-        start_run(str(number))
         try:
             report = self._cycle(self.stop)
         except Exception as exc:  # a bug in one cycle must not end the daemon
