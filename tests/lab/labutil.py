@@ -198,7 +198,20 @@ MUTATING = re.compile(
     r"rpc=vir\w*(Create|Define|Destroy|Undefine|Delete|Upload|Set|Shutdown|Reboot|Resume|"
     r"Suspend|Build|Wipe|Resize|Attach|Detach)\w*"
 )
-LOG_LINE = re.compile(r'^time=(?P<time>\S+) level=\S+ logger=\S+ msg="?(?P<msg>.*?)"?$')
+LOG_LINE = re.compile(
+    r"^time=(?P<time>\S+) level=\S+ logger=\S+ "
+    r'msg=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>\S*))(?: .*)?$'
+)
+"""A logfmt line: its message is quoted (or one bare word), and the line's fields (host=,
+proxy=, revision=, run=) may follow it."""
+_ESCAPED = re.compile(r"\\(.)")
+
+
+def log_message(match: re.Match[str]) -> str:
+    """The message of a ``LOG_LINE`` match, unquoted as logsetup quoted it."""
+    if match["quoted"] is None:
+        return match["bare"]
+    return _ESCAPED.sub(lambda m: "\n" if m[1] == "n" else m[1], match["quoted"])
 
 
 @dataclass(frozen=True)
@@ -226,7 +239,7 @@ class Applied:
             m = LOG_LINE.match(line)
             if m:
                 when = datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-                found.append((when.timestamp(), m["msg"]))
+                found.append((when.timestamp(), log_message(m)))
         return found
 
     def first(self, pattern: str) -> float:
