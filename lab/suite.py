@@ -33,12 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests" / "lab"
 FIRST = (
     "test_e2e_day2.py",
+    "test_e2e_dns_rollout.py",
     "test_e2e_daemon.py",
     "test_e2e_standby.py",
     "test_lab_hosts.py",
     "test_e2e_kvm.py",
 )
-"""Stream A's modules, in this order; ~2,100 s of the ~4,100 s run alone on 2026-12-04."""
+"""Stream A's modules, in this order; ~2,100 s of the ~4,100 s run alone on 2026-12-04.
+test_e2e_dns_rollout joined A (2026-12-06): B had since gained test_e2e_live, _drain and
+_fixed_address; it follows day 2, whose two Debian 12 hosts it keeps."""
 
 
 def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:

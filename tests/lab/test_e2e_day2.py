@@ -311,6 +311,10 @@ class Rig:
     timings: dict[str, float] = field(default_factory=dict)
     names: tuple[str, ...] = PROXIES
     """The proxies all_healthy asks about."""
+    interval: int = INTERVAL
+    """The daemon's ``interval``."""
+    extra_config: str = ""
+    """More of the daemon's config file (top-level keys, YAML), e.g. its ``dns``."""
 
     def status(self) -> dict[str, Any]:
         try:
@@ -361,14 +365,14 @@ class Rig:
         bare, tmp = self.remote.bare, self.daemon.workdir
         self.daemon.config.write_text(
             f"repo:\n  url: file://{bare}\n  branch: main\n"
-            f"interval: {INTERVAL}\njitter: 0\n"
+            f"interval: {self.interval}\njitter: 0\n"
             f'listen: "127.0.0.1:{self.daemon.port}"\n'
             f"webhook:\n  secretFile: {tmp / 'hook-secret'}\n"
             f"ssh:\n  keyFile: {self.lab['sshKey']}\n"
             f"  knownHostsFile: {self.lab['knownHosts']}\n"
             f"replaceTimeoutSeconds: {replace_timeout}\n"
             "log:\n  level: info\n"
-            f"stateDir: {self.state}\n"
+            f"stateDir: {self.state}\n" + self.extra_config
         )
 
     def restart(self, replace_timeout: int) -> None:
@@ -419,9 +423,12 @@ def running_rig(
     files: dict[str, str | None],
     *,
     names: tuple[str, ...],
+    interval: int = INTERVAL,
+    extra_config: str = "",
 ) -> Iterator[Rig]:
     """A bare repo with ``files`` committed, and the daemon (REPLACE_TIMEOUT) pulling it,
-    once every proxy of ``names`` is healthy; its timings and log tail printed at the end."""
+    once every proxy of ``names`` is healthy; its timings and log tail printed at the end.
+    ``interval`` and ``extra_config``: the daemon's (Rig's fields of those names)."""
     # A lab session shares its hosts across modules: VMs that earlier ones left (another
     # fleet's) would keep every base of their host (no base is removed on a host where
     # another fleet runs VMs), and the CPU they take slows every boot here.
@@ -438,7 +445,15 @@ def running_rig(
     (tmp / "hook-secret").write_bytes(SECRET + b"\n")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     daemon = DaemonProcess(tmp / "proxyfleet.yaml", free_port(), tmp, env)
-    rig = Rig(lab, remote, daemon, tmp / "state", names=names)
+    rig = Rig(
+        lab,
+        remote,
+        daemon,
+        tmp / "state",
+        names=names,
+        interval=interval,
+        extra_config=extra_config,
+    )
     rig.configure(REPLACE_TIMEOUT)
     started = time.monotonic()
     daemon.start()
