@@ -34,6 +34,7 @@ TESTS = ROOT / "tests" / "lab"
 FIRST = (
     "test_e2e_day2.py",
     "test_e2e_dns_rollout.py",
+    "test_e2e_live.py",
     "test_e2e_daemon.py",
     "test_e2e_standby.py",
     "test_lab_hosts.py",
@@ -41,7 +42,9 @@ FIRST = (
 )
 """Stream A's modules, in this order; ~2,100 s of the ~4,100 s run alone on 2026-12-04.
 test_e2e_dns_rollout joined A (2026-12-06): B had since gained test_e2e_live, _drain and
-_fixed_address; it follows day 2, whose two Debian 12 hosts it keeps."""
+_fixed_address; it follows day 2, whose two Debian 12 hosts it keeps. test_e2e_live moved to A
+too (its rig is day 2's): on 2026-12-06 A took 2,091 s and B 3,144 s before either move,
+and B has since gained test_e2e_drain (~1,200 s)."""
 
 
 def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:

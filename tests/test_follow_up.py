@@ -80,6 +80,21 @@ def test_a_vm_unhealthy_for_longer_than_the_replace_timeout_is_no_longer_settlin
     assert later.settling == ()
 
 
+def test_a_young_vm_that_passed_once_and_whose_address_is_lost_is_not_settling(
+    booting: World,
+) -> None:
+    booting.cycle()
+    host, domain = domain_of(booting)
+    booting.hosts[host].addresses_of[domain] = ("198.51.100.7",)
+    assert booting.cycle().settling == ()  # passed: healthy once
+    booting.hosts[host].addresses_of[domain] = ()  # its agent stops answering for a while
+
+    later = booting.cycle()
+
+    assert [p.health for p in later.proxies] == [Health.UNKNOWN]
+    assert later.settling == ()
+
+
 def test_a_healthy_new_vm_is_not_settling(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.write("web-1")

@@ -19,9 +19,8 @@ name holding exactly the three new addresses.
 
 Six TCG boots, three at a time (~2 create-to-healthy times): 956 s in all at a load
 of 11 (2026-12-06: 398 s to three healthy proxies, 467 s commit to rolled; 472
-resolutions, longest non-answering streak 0 s against a bound of 16 s). Stream A of lab.suite (``FIRST``, right after test_e2e_day2.py, whose two
-Debian 12 hosts it keeps): stream B had gained test_e2e_live, test_e2e_drain and
-test_e2e_fixed_address since both streams took ~35 min.
+resolutions, longest non-answering streak 0 s against a bound of 16 s). Stream A of
+lab.suite (``FIRST``, right after test_e2e_day2.py, whose two Debian 12 hosts it keeps).
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ def settling(
     run observed before it acted, ``history`` what earlier runs handed on to it.
 
     A VM that stays unhealthy longer than that is no longer "new": it waits for
-    the interval like any other problem.
+    the interval like any other problem. So does a young VM that passed a check in an
+    earlier run and is not healthy now (or its address is not known for a while): it is
+    no longer booting, and follow-ups every few seconds would not make it pass sooner.
     """
     acted = {
         (o.action.host, o.action.domain)
@@ -53,10 +55,11 @@ def settling(
     names = set()
     for vm in vms:
         key = (vm.host, vm.domain)
-        new = key in acted or _younger(created.get(key, ""), now, window)
+        passed = history.record(vm.host, vm.domain).healthy_once
+        young = not passed and _younger(created.get(key, ""), now, window)
+        new = key in acted or young
         if vm.health is Health.HEALTHY:
-            first = not history.record(vm.host, vm.domain).healthy_once
-            if first and owned.get(vm.name, set()) - {key}:
+            if not passed and owned.get(vm.name, set()) - {key}:
                 names.add(vm.name)
         elif vm.state is ProxyState.RUNNING and new:
             names.add(vm.name)
