@@ -42,8 +42,10 @@ def test_reconcile_prints_a_heartbeat_with_the_elapsed_time_until_the_run_finish
             assert main(["reconcile", "--socket", str(path)]) == exitcodes.OK
         finally:
             server.stop()
-    assert lines[0] == "Run requested; waiting for its result."
-    assert lines[1].startswith("Still waiting for the run: 0s so far"), lines
+    # A heartbeat may come before the daemon's "queued" answer on a loaded machine (10 ms).
+    assert "Run requested; waiting for its result." in lines, lines
+    beats = [line for line in lines if line.startswith("Still waiting for the run: ")]
+    assert beats and beats[0].startswith("Still waiting for the run: 0s so far"), lines
 
 
 def test_elapsed_time_reads_as_seconds_minutes_or_hours() -> None:
