@@ -251,7 +251,7 @@ class Applied:
         raise AssertionError(f"no log line matches {pattern!r}:\n{self.log[-4000:]}")
 
 
-def apply_command(lab: dict[str, Any], repo: Path) -> list[str]:
+def apply_command(lab: dict[str, Any], repo: Path, *flags: str) -> list[str]:
     """``proxyfleet -v apply`` of ``repo`` with a state dir of its own beside it.
 
     The state dir holds the delete window (``deletes.json``, maxDeletesPerRun per hour):
@@ -273,6 +273,7 @@ def apply_command(lab: dict[str, Any], repo: Path) -> list[str]:
         lab["knownHosts"],
         "--state-dir",
         str(repo.parent / "proxyfleet-state"),
+        *flags,
     ]
 
 
@@ -288,18 +289,19 @@ def finish_apply(
 
 
 def start_apply(
-    lab: dict[str, Any], repo: Path, log_file: Path
+    lab: dict[str, Any], repo: Path, log_file: Path, *flags: str
 ) -> tuple[subprocess.Popen[str], float]:
     """``proxyfleet -v apply`` in the background, its log (DEBUG, with every rpc) to a file."""
     with open(log_file, "w") as log:
         proc = subprocess.Popen(
-            apply_command(lab, repo), stdout=subprocess.PIPE, stderr=log, text=True
+            apply_command(lab, repo, *flags), stdout=subprocess.PIPE, stderr=log, text=True
         )
     return proc, time.monotonic()
 
 
-def apply(lab: dict[str, Any], repo: Path, log_file: Path) -> Applied:
-    proc, started = start_apply(lab, repo, log_file)
+def apply(lab: dict[str, Any], repo: Path, log_file: Path, *flags: str) -> Applied:
+    """``proxyfleet -v apply --yes --json`` with ``flags`` (e.g. ``--no-wait``: one run)."""
+    proc, started = start_apply(lab, repo, log_file, *flags)
     return finish_apply(proc, started, log_file)
 
 

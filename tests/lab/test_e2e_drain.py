@@ -58,7 +58,11 @@ class Repo:
 
     def apply(self) -> Applied:
         self.runs += 1
-        return apply(self.lab, self.root, self.root.parent / f"apply-{self.runs}.log")
+        # One run per apply (--no-wait): the test steps through the drain run by run, as
+        # the daemon's runs go, and learns the new VM's address before the run that deletes
+        # the old one.
+        log = self.root.parent / f"apply-{self.runs}.log"
+        return apply(self.lab, self.root, log, "--no-wait")
 
     def until(self, done: Any, what: str) -> list[Applied]:
         """Applies, 15 s apart, until ``done(applied)``; every one of them."""
