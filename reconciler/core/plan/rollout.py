@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from reconciler.core.plan.recreate import pace_recreates
 from reconciler.model.fleet import Rollout
-from reconciler.model.plan import Action, Blocked, Replace
+from reconciler.model.plan import Action, Replace, block
 
 
 def pace(
@@ -52,7 +52,7 @@ def pace(
         names = ", ".join(halted)
         which = "their" if len(halted) > 1 else "its"
         why = f"rollout halted: {names} failed {which} health check"
-        return [_block(a, why) if isinstance(a, Replace) else a for a in actions]
+        return [block(a, why) if isinstance(a, Replace) else a for a in actions]
     by_zone: dict[str, list[Replace]] = defaultdict(list)
     for action in actions:
         if isinstance(action, Replace):
@@ -71,18 +71,6 @@ def pace(
             if batch > 1:
                 zone = zone_of.get(action.proxy or "", "")
                 waits = f"batch {batch} of zone {zone}: waits until the replaces before it are done"
-                action = _block(action, f"{action.reason}; {waits}")
+                action = block(action, f"{action.reason}; {waits}")
         result.append(action)
     return result
-
-
-def _block(action: Replace, reason: str) -> Blocked:
-    return Blocked(
-        reason=reason,
-        proxy=action.proxy,
-        host=action.host,
-        domain=action.domain,
-        digest=action.digest,
-        blocks=action.kind,
-        replaces=action.replaces,
-    )
