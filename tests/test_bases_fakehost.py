@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, Fetched
+from enginefakes import FakeImages, FakeTime, Fetched
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Image, Plan
 from reconciler.model.plan import RemoveBase
