@@ -1,19 +1,19 @@
 """What the engine's tests share and no adapter package holds: a clock that moves only
-when slept on, an image cache that fetches nothing, model builders, and ``FleetRepo``
+when slept on, model builders, and ``FleetRepo``
 (a fleet repo on disk over ``FakeHypervisor`` hosts, with an Engine over them).
 
-The hypervisor and the prober fakes live next to their seams
-(reconciler.adapters.hypervisor.fakehost, reconciler.adapters.surface.probe).
+The hypervisor, image and prober fakes live next to their seams
+(reconciler.adapters.hypervisor.fakehost, ...images.fakeimages, ...surface.probe).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
@@ -65,36 +65,6 @@ class FakeTime:
             random=lambda: rand,
             stop=stop if stop is not None else threading.Event(),
         )
-
-
-@dataclass(frozen=True)
-class Fetched:
-    path: Path
-    sha256: str
-
-
-IMAGE_BYTES = 345 * 2**20
-"""What every fake image weighs: an operator's cloud image."""
-
-
-class FakeImages:
-    def __init__(self, failures: list[Exception] | None = None) -> None:
-        self.calls: list[str] = []
-        self.sized: list[str] = []
-        self.failures = list(failures or [])
-        self._lock = threading.Lock()
-
-    def fetch(self, image: Image) -> Fetched:
-        with self._lock:
-            self.calls.append(image.key)
-            if self.failures:
-                raise self.failures.pop(0)
-        return Fetched(Path(f"/cache/{image.key}"), "ab" * 32)
-
-    def size(self, image: Image) -> int | None:
-        with self._lock:
-            self.sized.append(image.key)
-        return IMAGE_BYTES
 
 
 def fake_host(name: str) -> FakeHypervisor:

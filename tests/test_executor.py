@@ -7,17 +7,10 @@ import logging
 import threading
 
 import pytest
-from enginefakes import (
-    FakeImages,
-    FakeTime,
-    fake_host,
-    make_host,
-    make_proxy,
-    make_repo,
-    new_vm,
-)
+from enginefakes import FakeTime, fake_host, make_host, make_proxy, make_repo, new_vm
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor, Gauge
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.executor import Executor
 from reconciler.errors import PermanentError, TransientError

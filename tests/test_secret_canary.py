@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeTime, FleetRepo
+from enginefakes import FakeTime, FleetRepo
 from secretutil import make_identity, write_secret
 
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.secrets.agesecrets import load_identity
 from reconciler.adapters.state.historystore import FileHistoryStore

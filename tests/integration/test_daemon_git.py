@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 from daemonutil import http, real_daemon, running, wait_until
-from enginefakes import FakeImages, FakeTime, fake_host
+from enginefakes import FakeTime, fake_host
 from gitutil import Remote, git, make_remote
 from hostservices import Sshd, make_keys
 
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.httpapi import sign
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.probe import FakeProber
