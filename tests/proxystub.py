@@ -1,5 +1,6 @@
 """A tiny forward proxy on 127.0.0.1 for the probe's tests: 204 for ``.../generate_204``,
-500 for any other GET (``.../slow`` waits for ``release`` first), 403 for CONNECT."""
+500 for any other GET (``.../slow`` waits for ``release`` first), 403 for CONNECT; and
+``serving``, which answers with any handler from a thread."""
 
 from __future__ import annotations
 
@@ -44,16 +45,24 @@ def serve_proxy() -> Iterator[ProxyStub]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    stub.port = httpd.server_address[1]
+    with serving(Handler) as stub.port:
+        try:
+            yield stub
+        finally:
+            stub.release.set()
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` answering on 127.0.0.1 from a thread; yields the port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     )
     thread.start()
     try:
-        yield stub
+        yield httpd.server_address[1]
     finally:
-        stub.release.set()
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
