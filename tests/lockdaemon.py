@@ -22,12 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from enginefakes import FakeImages, FakeProber
-
 from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
+from reconciler.adapters.hypervisor.fakecalls import MUTATING
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.adapters.hypervisor.host import Hypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli.serve import serve
 from reconciler.model import Host
 from reconciler.model.settings import (
@@ -37,16 +38,6 @@ from reconciler.model.settings import (
     ListenSettings,
     RepoSettings,
 )
-
-MUTATING = {
-    "ensure_image",
-    "create",
-    "start",
-    "set_owner",
-    "delete",
-    "remove_volumes",
-    "remove_unused_base",
-}
 
 
 def main(config_file: Path) -> int:

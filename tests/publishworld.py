@@ -8,9 +8,11 @@ import itertools
 import threading
 from pathlib import Path
 
-from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
+from enginefakes import FLEET, HOST, PROXY, FakeTime
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.endpoints import EndpointPublisher
 from reconciler.engine.reconcile import Engine
 from reconciler.model.report import RunReport

@@ -13,10 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, Fetched
+from enginefakes import FakeTime
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.images.download import CachedImage
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Image, Plan
 from reconciler.model.plan import RemoveBase
@@ -46,9 +49,9 @@ class PinnedWorld(World):
 class UpdatedImages(FakeImages):
     """A cache that verifies whatever sha256 the image pins (FakeImages always says ab...)."""
 
-    def fetch(self, image: Image) -> Fetched:
+    def fetch(self, image: Image) -> CachedImage:
         fetched = super().fetch(image)
-        return Fetched(fetched.path, image.sha256 or fetched.sha256)
+        return CachedImage(fetched.path, image.sha256 or fetched.sha256, fetched.size)
 
 
 @pytest.fixture

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from enginefakes import FakeProber, FakeTime, LocalFakeHost
+from enginefakes import FakeTime
 
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.check import check_vm
 from reconciler.errors import PermanentError, TransientError
-from reconciler.model import Domain, DomainState
+from reconciler.model import DomainState
 from reconciler.model.fleet import HealthCheck as ProbeSettings
 from reconciler.model.report import Health
 from reconciler.model.settings import ApplySettings
@@ -17,9 +19,9 @@ from reconciler.model.settings import ApplySettings
 SETTINGS = ApplySettings(poll_interval=5)
 
 
-def host_with(domain: str, *ips: str) -> LocalFakeHost:
-    host = LocalFakeHost("kvm01")
-    host.domains[domain] = Domain(domain, DomainState.RUNNING)
+def host_with(domain: str, *ips: str) -> FakeHypervisor:
+    host = FakeHypervisor("kvm01")
+    host.add_domain(domain, DomainState.RUNNING)
     host.addresses_of[domain] = ips
     return host
 
@@ -40,7 +42,7 @@ def test_the_first_address_that_answers_makes_the_vm_healthy() -> None:
 
 def test_a_transient_address_error_is_waited_out() -> None:
     host = host_with("vm", "192.0.2.1")
-    host.failures[("addresses", "vm")] = [TransientError("agent not ready")] * 2
+    host.fail("addresses", TransientError("agent not ready"), times=2, target="vm")
     clock = FakeTime()
 
     result = check_vm(
@@ -62,7 +64,8 @@ def test_each_transient_address_error_of_a_wait_is_logged(caplog: pytest.LogCapt
     # missing while libvirtd restarts) must still be in the log.
     host = host_with("vm", "192.0.2.1")
     missing = TransientError("libvirt's socket /run/x is missing on kvm01", host="kvm01")
-    host.failures[("addresses", "vm")] = [missing, TransientError("agent not ready")]
+    host.fail("addresses", missing, target="vm")
+    host.fail("addresses", TransientError("agent not ready"), target="vm")
     clock = FakeTime()
 
     with caplog.at_level(logging.DEBUG, logger="reconciler.engine.check"):
@@ -84,7 +87,7 @@ def test_each_transient_address_error_of_a_wait_is_logged(caplog: pytest.LogCapt
 
 def test_a_permanent_address_error_ends_the_wait_at_once() -> None:
     host = host_with("vm", "192.0.2.1")
-    host.failures[("addresses", "vm")] = [PermanentError("no guest agent channel")]
+    host.fail("addresses", PermanentError("no guest agent channel"), target="vm")
     clock = FakeTime()
 
     result = check_vm(
@@ -119,7 +122,7 @@ def test_an_unhealthy_vm_is_probed_until_the_wait_ends_and_says_why() -> None:
 
 
 def test_a_vanished_domain_is_reported_as_not_found() -> None:
-    host = LocalFakeHost("kvm01")
+    host = FakeHypervisor("kvm01")
 
     result = check_vm(
         host,

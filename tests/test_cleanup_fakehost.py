@@ -11,10 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime
+from enginefakes import FakeTime
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.executor import Executor
 from reconciler.model import Action, ActionKind, DomainState, Owner, Plan
 from reconciler.model.plan import Cleanup

@@ -82,7 +82,7 @@ def test_apply_with_nothing_to_do_asks_nothing_and_exits_0(
 def test_apply_exits_3_when_an_action_fails(
     world: FleetRepo, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    world.hosts["kvm02"].failures[("create", "*")] = [PermanentError("pool is full")]
+    world.hosts["kvm02"].fail("create", PermanentError("pool is full"))
 
     code = run_apply(world, "--yes")
 

@@ -98,7 +98,7 @@ def test_apply_exits_0_when_ready_and_3_when_every_host_is_unreachable(tmp_path:
     world = FleetRepo(tmp_path)
     assert _apply(world) == exitcodes.OK
     for host in world.hosts.values():
-        host.observe_error = TransientError("ssh: connection refused")
+        host.fail("observe", TransientError("ssh: connection refused"), times=None)
     assert _apply(world) == exitcodes.DEGRADED
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from daemonutil import FakeCycle, running, wait_until
 
-from reconciler.adapters.git.statuswriter import Published
+from reconciler.adapters.git.statuswriter import MemoryStatusSink
 from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.engine.daemon import Daemon
 from reconciler.engine.parts import DaemonParts
@@ -46,15 +46,6 @@ class FakeMetrics:
 
 
 @dataclass
-class FakeStatus:
-    published: list[RunReport] = field(default_factory=list)
-
-    def publish(self, report: RunReport) -> Published:
-        self.published.append(report)
-        return Published()
-
-
-@dataclass
 class FakeNotifier:
     sent: list[str] = field(default_factory=list)
     watchdog_interval: float | None = None
@@ -83,7 +74,7 @@ def test_a_daemon_built_from_fake_parts_runs_a_cycle_and_reports_through_each_pa
         surfaces.append(FakeSurface(endpoints))
         return surfaces[-1]
 
-    metrics, notifier, status = FakeMetrics(), FakeNotifier(), FakeStatus()
+    metrics, notifier, status = FakeMetrics(), FakeNotifier(), MemoryStatusSink()
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     stop = threading.Event()
     runtime = Runtime(clock=lambda: at, stop=stop, sleep=stop.wait)
@@ -104,7 +95,7 @@ def test_a_daemon_built_from_fake_parts_runs_a_cycle_and_reports_through_each_pa
 
     assert surfaces[0].events == ["start", "stop"]
     assert [r.result for r in metrics.reports] == [RunResult.SUCCESS, RunResult.SUCCESS]
-    assert len(status.published) == 2
+    assert len(status.reports) == 2
     assert notifier.sent[0] == "ready Starting; first reconcile now"
     assert any(line.startswith("status success at") for line in notifier.sent)
     assert notifier.sent[-1] == "stopping Stopping"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proxystub import serving
 
 from reconciler.adapters.hypervisor.images.download import CachedImage, ImageCache
 from reconciler.adapters.hypervisor.images.imageurls import check_url, redact
@@ -73,18 +74,9 @@ def server() -> Iterator[Server]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(Handler) as port:
+        state.base = f"http://127.0.0.1:{port}"
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def image(url: str, sha256: str | None = None, key: str = "debian-12") -> Image:

@@ -7,18 +7,11 @@ import logging
 import threading
 
 import pytest
-from enginefakes import (
-    FakeImages,
-    FakeProber,
-    FakeTime,
-    Gauge,
-    LocalFakeHost,
-    make_host,
-    make_proxy,
-    make_repo,
-    new_vm,
-)
+from enginefakes import FakeTime, fake_host, make_host, make_proxy, make_repo, new_vm
 
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor, Gauge
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.executor import Executor
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import Action, ActionKind, Domain, DomainRef, DomainState, Owner, Plan, Repo
@@ -68,7 +61,7 @@ def replace(proxy: str, host: str = "kvm01") -> Action:
     )
 
 
-def old_vm(host: LocalFakeHost, proxy: str) -> str:
+def old_vm(host: FakeHypervisor, proxy: str) -> str:
     name = f"pf-home-{proxy}-00000000"
     host.domains[name] = Domain(name, DomainState.RUNNING, Owner("home", proxy, OLD_DIGEST))
     host.addresses_of[name] = ("192.0.2.200",)
@@ -81,7 +74,7 @@ class Run:
     def __init__(
         self,
         repo: Repo,
-        hosts: dict[str, LocalFakeHost],
+        hosts: dict[str, FakeHypervisor],
         *,
         settings: ApplySettings | None = None,
         stop: threading.Event | None = None,
@@ -114,8 +107,8 @@ class Run:
         return action
 
 
-def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, LocalFakeHost]:
-    host = LocalFakeHost("kvm01")
+def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, FakeHypervisor]:
+    host = fake_host("kvm01")
     repo = make_repo(tuple(make_proxy(p) for p in proxies))
     return Run(repo, {"kvm01": host}, **kwargs), host  # type: ignore[arg-type]
 
@@ -123,7 +116,7 @@ def one_host_run(*proxies: str, **kwargs: object) -> tuple[Run, LocalFakeHost]:
 def test_actions_run_in_parallel_across_hosts_and_at_most_four_at_once_per_host() -> None:
     overall = Gauge()
     names = ("kvm01", "kvm02", "kvm03")
-    hosts = {n: LocalFakeHost(n, gauge=overall, call_seconds=0.05) for n in names}
+    hosts = {n: FakeHypervisor(n, auto_ip=True, latency=0.05, gauge=overall) for n in names}
     proxies = [f"p{h}-{i}" for h in range(3) for i in range(6)]
     repo = make_repo(tuple(make_proxy(p) for p in proxies), tuple(make_host(n) for n in names))
     run = Run(repo, hosts)
@@ -131,26 +124,26 @@ def test_actions_run_in_parallel_across_hosts_and_at_most_four_at_once_per_host(
     outcomes = run.execute(*(create(p, names[int(p[1])]) for p in proxies))
 
     assert [o.result for o in outcomes] == [ActionResult.SUCCEEDED] * 18
-    assert [h.gauge.max for h in hosts.values()] == [4, 4, 4]
+    assert [h.in_flight.max for h in hosts.values()] == [4, 4, 4]
     assert overall.max > 4
     print(f"max mutating calls at once: per host 4, overall {overall.max}")
 
 
 def test_a_per_host_concurrency_of_one_runs_a_host_serially() -> None:
     run, host = one_host_run("a", "b", "c", settings=ApplySettings(per_host_concurrency=1))
-    host.call_seconds = 0.02
+    host.latency = 0.02
 
     run.execute(create("a"), create("b"), create("c"))
 
-    assert host.gauge.max == 1
-    assert [t for m, t in host.calls if m == "create"] == [
+    assert host.in_flight.max == 1
+    assert [c.target for c in host.calls if c.method == "create"] == [
         "pf-home-a-dddddddd",
         "pf-home-b-dddddddd",
         "pf-home-c-dddddddd",
     ]
 
 
-def gauged(host: LocalFakeHost, method: str) -> Gauge:
+def gauged(host: FakeHypervisor, method: str) -> Gauge:
     """A gauge of ``method``'s calls in flight on ``host`` alone."""
     gauge, original = Gauge(), getattr(host, method)
 
@@ -172,7 +165,7 @@ def test_deletes_run_twenty_at_once_on_a_host_beside_other_actions_held_at_four(
     # default (libvirtd's worker threads), while creates keep to four.
     news = [f"n{i}" for i in range(8)]
     run, host = one_host_run(*news)
-    host.call_seconds = 0.05
+    host.latency = 0.05
     olds = [f"o{i}" for i in range(60)]
     for proxy in olds:
         host.domains[f"pf-home-{proxy}-0"] = Domain(
@@ -183,12 +176,12 @@ def test_deletes_run_twenty_at_once_on_a_host_beside_other_actions_held_at_four(
     outcomes = run.execute(*(create(p) for p in news), *(gone(p) for p in olds))
 
     assert {o.result for o in outcomes} == {ActionResult.SUCCEEDED}
-    assert (creates.max, deletes.max, host.gauge.max) == (4, 20, 20)
+    assert (creates.max, deletes.max, host.in_flight.max) == (4, 20, 20)
 
 
 def test_deletes_per_host_bounds_deletes_even_below_the_other_actions_width() -> None:
     run, host = one_host_run(settings=ApplySettings(per_host_concurrency=4, delete_concurrency=2))
-    host.call_seconds = 0.05
+    host.latency = 0.05
     olds = [f"o{i}" for i in range(6)]
     for proxy in olds:
         host.domains[f"pf-home-{proxy}-0"] = Domain(
@@ -198,13 +191,13 @@ def test_deletes_per_host_bounds_deletes_even_below_the_other_actions_width() ->
     outcomes = run.execute(*(gone(p) for p in olds))
 
     assert {o.result for o in outcomes} == {ActionResult.SUCCEEDED}
-    assert host.gauge.max == 2
+    assert host.in_flight.max == 2
     assert host.domains == {}
 
 
 def test_a_transient_error_is_retried_with_backoff_and_jitter_then_succeeds() -> None:
     run, host = one_host_run("a")
-    host.failures[("create", "pf-home-a-dddddddd")] = [TransientError("link down")] * 2
+    host.fail("create", TransientError("link down"), times=2, target="pf-home-a-dddddddd")
 
     (outcome,) = run.execute(create("a"))
 
@@ -217,20 +210,20 @@ def test_a_transient_error_is_retried_with_backoff_and_jitter_then_succeeds() ->
 
 def test_transient_errors_give_up_after_the_attempt_limit() -> None:
     run, host = one_host_run("a", settings=ApplySettings(max_attempts=4, retry_deadline=1e9))
-    host.failures[("create", "*")] = [TransientError("link down")] * 10
+    host.fail("create", TransientError("link down"), times=10)
 
     (outcome,) = run.execute(create("a"))
 
     assert outcome.result is ActionResult.FAILED
     assert outcome.attempts == 4
     assert "link down" in outcome.error
-    assert len([c for c in host.calls if c[0] == "create"]) == 4
+    assert len([c for c in host.calls if c.method == "create"]) == 4
 
 
 def test_transient_errors_give_up_at_the_retry_deadline() -> None:
     settings = ApplySettings(max_attempts=100, retry_deadline=20, retry_base_delay=4)
     run, host = one_host_run("a", settings=settings)
-    host.failures[("create", "*")] = [TransientError("busy")] * 100
+    host.fail("create", TransientError("busy"), times=100)
 
     (outcome,) = run.execute(create("a"))
 
@@ -241,9 +234,8 @@ def test_transient_errors_give_up_at_the_retry_deadline() -> None:
 
 def test_a_permanent_error_fails_its_action_with_the_reason_and_the_others_go_on() -> None:
     run, host = one_host_run("a", "b", "c")
-    host.failures[("create", "pf-home-b-dddddddd")] = [
-        PermanentError("unsupported firmware", host="kvm01", rpc="virDomainDefineXML")
-    ]
+    firmware = PermanentError("unsupported firmware", host="kvm01", rpc="virDomainDefineXML")
+    host.fail("create", firmware, target="pf-home-b-dddddddd")
 
     outcomes = run.execute(create("a"), create("b"), create("c"))
 
@@ -261,7 +253,7 @@ def test_an_unexpected_exception_becomes_a_failed_outcome_logged_with_its_traceb
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     run, host = one_host_run("a", "b")
-    host.failures[("create", "pf-home-a-dddddddd")] = [KeyError("surprise")]
+    host.fail("create", KeyError("surprise"), target="pf-home-a-dddddddd")
 
     with caplog.at_level(logging.ERROR):
         outcomes = run.execute(create("a"), create("b"))
@@ -274,7 +266,7 @@ def test_an_unexpected_exception_becomes_a_failed_outcome_logged_with_its_traceb
 
 
 def test_create_builds_the_vm_spec_with_the_owner_and_its_provenance() -> None:
-    host = LocalFakeHost("kvm01")
+    host = fake_host("kvm01")
     repo = make_repo((make_proxy("a", protect=True),))
     run = Run(repo, {"kvm01": host})
     run.time.elapsed = 90
@@ -298,12 +290,15 @@ def test_create_builds_the_vm_spec_with_the_owner_and_its_provenance() -> None:
         protect=True,
         image_base="base-debian-12.qcow2",
     )
-    assert host.calls[:2] == [("ensure_image", "debian-12"), ("create", "pf-home-a-dddddddd")]
+    assert host.calls[:2] == [
+        Call("ensure_image", "debian-12"),
+        Call("create", "pf-home-a-dddddddd"),
+    ]
 
 
 def test_an_image_is_fetched_once_per_run_and_uploaded_once_per_host() -> None:
     names = ("kvm01", "kvm02")
-    hosts = {n: LocalFakeHost(n) for n in names}
+    hosts = {n: fake_host(n) for n in names}
     proxies = ("a", "b", "c", "d")
     repo = make_repo(tuple(make_proxy(p) for p in proxies), tuple(make_host(n) for n in names))
     run = Run(repo, hosts)
@@ -311,7 +306,7 @@ def test_an_image_is_fetched_once_per_run_and_uploaded_once_per_host() -> None:
     run.execute(create("a", "kvm01"), create("b", "kvm01"), create("c", "kvm02"), create("d"))
 
     assert run.images.calls == ["debian-12"]
-    assert [h.calls.count(("ensure_image", "debian-12")) for h in hosts.values()] == [1, 1]
+    assert [h.calls.count(Call("ensure_image", "debian-12")) for h in hosts.values()] == [1, 1]
 
 
 def test_an_image_that_cannot_be_fetched_fails_every_create_that_needs_it() -> None:
@@ -323,7 +318,7 @@ def test_an_image_that_cannot_be_fetched_fails_every_create_that_needs_it() -> N
     assert [o.result for o in outcomes] == [ActionResult.FAILED] * 2
     assert all("sha256 mismatch" in o.error for o in outcomes)
     assert run.images.calls == ["debian-12"]
-    assert host.mutating_calls() == []
+    assert host.requested() == []
 
 
 def test_start_starts_a_shut_off_domain() -> None:
@@ -354,7 +349,7 @@ def test_relabel_writes_the_owner_record_the_plan_carries_and_nothing_else() -> 
     (outcome,) = run.execute(action)
 
     assert outcome.result is ActionResult.SUCCEEDED
-    assert host.calls == [("set_owner", name)]
+    assert host.calls == [Call("set_owner", name)]
     assert host.domains[name] == Domain(name, DomainState.SHUTOFF, wanted)
     assert run.images.calls == []
 
@@ -374,7 +369,7 @@ def test_a_relabel_of_a_vanished_domain_fails_and_the_other_actions_go_on() -> N
     outcomes = run.execute(relabel, create("b"))
 
     assert [o.result for o in outcomes] == [ActionResult.FAILED, ActionResult.SUCCEEDED]
-    assert "no domain pf-home-a-dddddddd" in outcomes[0].error
+    assert "domain pf-home-a-dddddddd does not exist" in outcomes[0].error
     assert set(host.domains) == {"pf-home-b-dddddddd"}
 
 
@@ -387,7 +382,7 @@ def test_deleting_a_domain_that_is_already_gone_counts_as_done() -> None:
     (outcome,) = run.execute(action)
 
     assert outcome.result is ActionResult.SUCCEEDED
-    assert host.calls == [("delete", "pf-home-gone-12345678")]
+    assert host.calls == [Call("delete", "pf-home-gone-12345678")]
 
 
 def test_a_replace_creates_the_new_vm_and_returns_without_waiting_or_deleting() -> None:
@@ -398,7 +393,8 @@ def test_a_replace_creates_the_new_vm_and_returns_without_waiting_or_deleting() 
     (outcome,) = run.execute(replace("a"))
 
     assert outcome.result is ActionResult.SUCCEEDED
-    assert [c for c in host.calls if c[0] != "ensure_image"] == [("create", "pf-home-a-dddddddd")]
+    created = [c for c in host.calls if c.method != "ensure_image"]
+    assert created == [Call("create", "pf-home-a-dddddddd")]
     assert run.prober.calls == [] and run.time.elapsed == 0
     assert {old, "pf-home-a-dddddddd"} <= set(host.domains)
 
@@ -406,16 +402,16 @@ def test_a_replace_creates_the_new_vm_and_returns_without_waiting_or_deleting() 
 def test_a_replacement_that_cannot_be_created_never_touches_the_old_vm() -> None:
     run, host = one_host_run("a")
     old = old_vm(host, "a")
-    host.failures[("create", "*")] = [PermanentError("pool full")]
+    host.fail("create", PermanentError("pool full"))
 
     (outcome,) = run.execute(replace("a"))
 
     assert outcome.result is ActionResult.FAILED
     assert old in host.domains
-    assert ("delete", old) not in host.calls
+    assert Call("delete", old) not in host.calls
 
 
-def second_step(host: LocalFakeHost, proxy: str) -> tuple[Action, Action]:
+def second_step(host: FakeHypervisor, proxy: str) -> tuple[Action, Action]:
     """The plan of the run after a replace: keep the new VM, delete the old one."""
     new = f"pf-home-{proxy}-dddddddd"
     host.domains[new] = Domain(new, DomainState.RUNNING, Owner("home", proxy, DIGEST))
@@ -441,7 +437,7 @@ def test_the_second_step_keeps_the_old_vm_when_the_new_one_fails_its_one_look() 
     stays = "pf-home-a-dddddddd on kvm01, which stays for a, failed its health check"
     assert stays in outcome.error
     assert f"{delete.domain} kept" in outcome.error
-    assert delete.domain in host.domains and host.mutating_calls() == []
+    assert delete.domain in host.domains and host.requested() == []
     assert run.time.elapsed == 0
 
 
@@ -473,7 +469,7 @@ def test_a_stop_request_finishes_the_action_in_flight_and_skips_the_rest() -> No
     run, host = one_host_run(
         "a", "b", "c", settings=ApplySettings(per_host_concurrency=1), stop=stop
     )
-    host.on_call = lambda method, target: stop.set() if method == "create" else None
+    host.on_call = lambda call: stop.set() if call.method == "create" else None
 
     outcomes = run.execute(create("a"), create("b"), create("c"))
 
@@ -483,14 +479,14 @@ def test_a_stop_request_finishes_the_action_in_flight_and_skips_the_rest() -> No
         ActionResult.SKIPPED,
     ]
     assert outcomes[1].error == "not started: shutdown requested"
-    assert [c for c in host.calls if c[0] == "create"] == [("create", "pf-home-a-dddddddd")]
+    assert [c for c in host.calls if c.method == "create"] == [Call("create", "pf-home-a-dddddddd")]
 
 
 def test_a_stop_request_ends_retrying_a_transient_error() -> None:
     stop = threading.Event()
     run, host = one_host_run("a", stop=stop)
-    host.failures[("create", "*")] = [TransientError("link down")] * 3
-    host.on_call = lambda method, target: stop.set()
+    host.fail("create", TransientError("link down"), times=3)
+    host.on_call = lambda call: stop.set()
 
     (outcome,) = run.execute(create("a"))
 
@@ -517,10 +513,11 @@ def test_keep_blocked_and_abandon_make_no_host_call() -> None:
 
 def test_cloud_init_content_never_reaches_the_log(caplog: pytest.LogCaptureFixture) -> None:
     secret = "#cloud-config\npassword: hunter2-SECRET\n"
-    host = LocalFakeHost("kvm01")
+    host = fake_host("kvm01")
     repo = make_repo((make_proxy("a", user_data=secret), make_proxy("b", user_data=secret)))
     run = Run(repo, {"kvm01": host})
-    host.failures[("create", "pf-home-a-dddddddd")] = [TransientError("x"), RuntimeError("bug")]
+    host.fail("create", TransientError("x"), target="pf-home-a-dddddddd")
+    host.fail("create", RuntimeError("bug"), target="pf-home-a-dddddddd")
 
     with caplog.at_level(logging.DEBUG):
         run.execute(create("a"), create("b"))

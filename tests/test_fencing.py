@@ -6,11 +6,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FLEET, HOST, PROXY, FakeImages, FakeProber, FakeTime
+from enginefakes import FLEET, HOST, PROXY, FakeTime
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
 from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.fencing import FencedHost, fenced
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import FencedError, PermanentError

@@ -7,9 +7,11 @@ import threading
 from pathlib import Path
 
 from daemonutil import real_daemon, running, wait_until
-from enginefakes import FakeImages, FakeProber, FleetRepo
+from enginefakes import FleetRepo
 
 from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli.common import guard_settings
 from reconciler.core.load.settings import parse_settings
 from reconciler.engine.daemon import source_cycle

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 from daemonutil import http, real_daemon, running, wait_until
-from enginefakes import FakeImages, FakeProber
 from gitutil import git
 
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli import main
 from reconciler.engine.daemon import source_cycle
 from reconciler.engine.reconcile import Engine

@@ -40,7 +40,7 @@ def test_an_actions_log_lines_carry_its_host_proxy_revision_and_run_as_json_keys
     json_lines: io.StringIO,
 ) -> None:
     run, host = one_host_run("a", "b")
-    host.failures[("create", "pf-home-a-dddddddd")] = [PermanentError("disk full")]
+    host.fail("create", PermanentError("disk full"), target="pf-home-a-dddddddd")
     with fields(run="7", revision="1c6b26c0a1b2"):
         run.execute(create("a"), create("b"))
 

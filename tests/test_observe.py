@@ -8,13 +8,13 @@ import threading
 import time
 
 import pytest
-from enginefakes import LocalFakeHost, make_host, make_proxy, make_repo
+from enginefakes import make_host, make_proxy, make_repo
 
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
 from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostPool
 from reconciler.errors import TransientError
 from reconciler.model import (
-    Domain,
     DomainState,
     Fleet,
     Host,
@@ -34,9 +34,9 @@ def fleet_of(*names: str) -> Fleet:
 def test_hosts_are_observed_at_the_same_time() -> None:
     names = ("kvm01", "kvm02", "kvm03")
     inside = threading.Barrier(3, timeout=5)
-    hosts = {n: LocalFakeHost(n) for n in names}
+    hosts = {n: FakeHypervisor(n) for n in names}
     for host in hosts.values():
-        host.on_call = lambda method, target: inside.wait() if method == "observe" else None
+        host.on_call = lambda call: inside.wait() if call.method == "observe" else None
 
     seen = observe(fleet_of(*names), hosts, timeout=10)
 
@@ -44,9 +44,10 @@ def test_hosts_are_observed_at_the_same_time() -> None:
 
 
 def test_a_host_that_raises_anything_is_unreachable_with_the_error() -> None:
-    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
-    hosts["kvm01"].observe_error = TransientError("timed out", host="kvm01", rpc="virConnectOpen")
-    hosts["kvm02"].observe_error = ValueError("adapter bug")
+    hosts = {"kvm01": FakeHypervisor("kvm01"), "kvm02": FakeHypervisor("kvm02")}
+    timed_out = TransientError("timed out", host="kvm01", rpc="virConnectOpen")
+    hosts["kvm01"].fail("observe", timed_out, times=None)
+    hosts["kvm02"].fail("observe", ValueError("adapter bug"), times=None)
 
     seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=5)
 
@@ -57,9 +58,9 @@ def test_a_host_that_raises_anything_is_unreachable_with_the_error() -> None:
 
 
 def test_a_hung_host_does_not_hold_the_observation_past_its_deadline() -> None:
-    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
+    hosts = {"kvm01": FakeHypervisor("kvm01"), "kvm02": FakeHypervisor("kvm02")}
     release = threading.Event()
-    hosts["kvm02"].observe_block = release
+    hosts["kvm02"].on_call = lambda call: release.wait(10) if call.method == "observe" else None
     started = time.monotonic()
     try:
         seen = observe(fleet_of("kvm01", "kvm02"), hosts, timeout=0.3)
@@ -72,12 +73,10 @@ def test_a_hung_host_does_not_hold_the_observation_past_its_deadline() -> None:
 
 
 def test_host_statuses_count_owned_and_foreign_domains() -> None:
-    host = LocalFakeHost("kvm01")
-    host.domains = {
-        "mine": Domain("mine", DomainState.RUNNING, Owner("home", "a", "d" * 64)),
-        "theirs": Domain("theirs", DomainState.RUNNING, Owner("other", "a", "d" * 64)),
-        "plain": Domain("plain", DomainState.SHUTOFF),
-    }
+    host = FakeHypervisor("kvm01")
+    host.add_domain("mine", DomainState.RUNNING, Owner("home", "a", "d" * 64))
+    host.add_domain("theirs", DomainState.RUNNING, Owner("other", "a", "d" * 64))
+    host.add_domain("plain", DomainState.SHUTOFF)
 
     seen = observe(fleet_of("kvm01"), {"kvm01": host}, timeout=5)
 
@@ -88,9 +87,9 @@ def test_host_statuses_count_owned_and_foreign_domains() -> None:
 def test_the_pool_reconnects_a_host_whose_entry_changed() -> None:
     made: list[Host] = []
 
-    def factory(host: Host) -> LocalFakeHost:
+    def factory(host: Host) -> FakeHypervisor:
         made.append(host)
-        return LocalFakeHost(host.name)
+        return FakeHypervisor(host.name)
 
     pool = HostPool(factory)
     first = pool.sync([make_host("kvm01")])["kvm01"]
@@ -107,7 +106,7 @@ def test_the_pool_reconnects_a_host_whose_entry_changed() -> None:
 
 def test_a_hosts_capacity_reaches_the_inventory_the_planner_gets() -> None:
     # Dropped here, placement never saw a host's room and put VMs on a full pool.
-    hosts = {"kvm01": LocalFakeHost("kvm01"), "kvm02": LocalFakeHost("kvm02")}
+    hosts = {"kvm01": FakeHypervisor("kvm01"), "kvm02": FakeHypervisor("kvm02")}
     room = Capacity(cpus=8, memory_mib=16384, pool_capacity_bytes=10, pool_available_bytes=3)
     hosts["kvm01"].capacity = room
 

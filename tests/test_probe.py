@@ -2,66 +2,23 @@
 
 from __future__ import annotations
 
-import http.server
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
+from proxystub import ProxyStub, serve_proxy
 
 from reconciler.adapters.surface.probe import FakeProber, HttpProber, ProbeResult, probe
 from reconciler.engine.check import Prober
 from reconciler.model import HealthCheck
 
 
-@dataclass
-class ProxyStub:
-    port: int
-    requests: list[tuple[str, str, str]] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-
 @pytest.fixture
 def proxy() -> Iterator[ProxyStub]:
     """Answers like a forward proxy: by the absolute URI in the request line."""
-    stub = ProxyStub(port=0)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _record(self) -> None:
-            stub.requests.append((self.command, self.path, self.headers.get("Host", "")))
-
-        def do_GET(self) -> None:
-            self._record()
-            if self.path.endswith("/slow"):
-                stub.release.wait(10)
-            status = 204 if self.path.endswith("/generate_204") else 500
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def do_CONNECT(self) -> None:
-            self._record()
-            self.send_response(403)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    stub.port = httpd.server_address[1]
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
+    with serve_proxy() as stub:
         yield stub
-    finally:
-        stub.release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def health(port: int, url: str = "http://probe.invalid/generate_204", **kw: float) -> HealthCheck:
@@ -131,12 +88,19 @@ def test_the_real_and_the_fake_prober_satisfy_the_protocol(proxy: ProxyStub) -> 
         assert prober.probe("127.0.0.1", health(proxy.port)).ok
 
 
-def test_the_fake_prober_records_calls_and_defaults_to_unhealthy() -> None:
-    fake = FakeProber({"10.0.0.5": ProbeResult(ok=True, status=204)})
+def test_the_fake_prober_answers_as_scripted_healthy_otherwise_and_records_calls() -> None:
+    fake = FakeProber({"10.0.0.5": ProbeResult(ok=False, error="refused")})
+    fake.unhealthy.add("10.0.0.7")
     h = HealthCheck()
-    assert fake.probe("10.0.0.5", h).ok
-    assert not fake.probe("10.0.0.6", h).ok
-    assert fake.calls == [("10.0.0.5", h), ("10.0.0.6", h)]
+    answers = [fake.probe(ip, h) for ip in ("10.0.0.5", "10.0.0.6", "10.0.0.7")]
+    assert [(a.ok, a.detail) for a in answers] == [
+        (False, "refused"),
+        (True, f"HTTP {h.expect_status} through the proxy"),
+        (False, f"HTTP 503 from {h.probe_url}"),
+    ]
+    assert (fake.calls, fake.checks) == (["10.0.0.5", "10.0.0.6", "10.0.0.7"], [h, h, h])
+    fake.healthy_only = {"10.0.0.6"}
+    assert not fake.probe("10.0.0.8", h).ok
 
 
 def test_the_detail_of_an_outcome_does_not_change_with_how_long_it_took() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from enginefakes import FleetRepo as Fleet
-from enginefakes import LocalFakeHost
 
+from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.engine.pool import HostPool
 from reconciler.errors import PermanentError, TransientError
 from reconciler.model import ActionKind, Host
@@ -80,7 +80,8 @@ def test_broken_manifests_stall_the_cycle_and_no_host_is_contacted(fleet: Fleet)
 def test_an_unreachable_host_has_nothing_deleted(fleet: Fleet) -> None:
     fleet.cycle()
     host, domain = fleet.where("web-2")
-    fleet.hosts[host].observe_error = TransientError("connection refused", host=host)
+    refused = TransientError("connection refused", host=host)
+    fleet.hosts[host].fail("observe", refused, times=None)
     fleet.write(("kvm01", "kvm02"), ("web-1", "web-3"))  # web-2's manifest is gone
     fleet.forget_calls()
 
@@ -96,7 +97,8 @@ def test_an_unreachable_host_has_nothing_deleted(fleet: Fleet) -> None:
 def test_a_proxy_whose_host_is_unreachable_is_unknown_and_not_created_again(fleet: Fleet) -> None:
     fleet.cycle()
     host, _ = fleet.where("web-2")
-    fleet.hosts[host].observe_error = TransientError("connection refused", host=host)
+    refused = TransientError("connection refused", host=host)
+    fleet.hosts[host].fail("observe", refused, times=None)
     fleet.forget_calls()
 
     report = fleet.cycle()
@@ -111,7 +113,9 @@ def test_a_proxy_whose_host_is_unreachable_is_unknown_and_not_created_again(flee
 def test_a_host_that_hangs_past_the_observe_deadline_counts_as_unreachable(fleet: Fleet) -> None:
     fleet.cycle()
     release = threading.Event()
-    fleet.hosts["kvm02"].observe_block = release
+    fleet.hosts["kvm02"].on_call = lambda call: (
+        release.wait(10) if call.method == "observe" else None
+    )
     try:
         report = fleet.cycle()
     finally:
@@ -146,15 +150,16 @@ def test_a_changed_spec_replaces_each_vm_new_one_first_and_the_next_cycle_is_qui
     assert host == old["web-1"][0]
     assert new_domain != old["web-1"][1]
     assert old["web-1"][1] in fleet.hosts[host].domains  # the run does not wait for the new one
-    calls = [c for c in fleet.hosts[host].calls if c[0] in ("create", "delete")]
-    assert calls == [("create", new_domain)]
+    calls = [c for c in fleet.hosts[host].calls if c.method in ("create", "delete")]
+    assert calls == [Call("create", new_domain)]
     assert [o.action.kind for o in report.outcomes] == [ActionKind.REPLACE]
     assert report.result is RunResult.SUCCESS
     assert fleet.hosts[host].domains[new_domain].owner.revision == "rev2"  # type: ignore[union-attr]
 
     fleet.forget_calls()
     fleet.cycle("rev2")  # the new VM passed its check in the run before: the old one goes
-    assert [c for c in fleet.hosts[host].calls if c[0] == "delete"] == [("delete", old["web-1"][1])]
+    deletes = [c for c in fleet.hosts[host].calls if c.method == "delete"]
+    assert deletes == [Call("delete", old["web-1"][1])]
     assert old["web-1"][1] not in fleet.hosts[host].domains
 
     fleet.forget_calls()
@@ -166,7 +171,7 @@ def test_a_failed_create_makes_a_partial_report_and_the_next_cycle_retries_it(
     fleet: Fleet,
 ) -> None:
     for host in fleet.hosts.values():
-        host.failures[("create", "*")] = [PermanentError("pool is full")]
+        host.fail("create", PermanentError("pool is full"))
 
     report = fleet.cycle()
 
@@ -195,7 +200,7 @@ def test_an_unhealthy_proxy_keeps_ready_false(fleet: Fleet) -> None:
 
 
 def test_an_unexpected_error_becomes_a_failed_report_not_an_exception(fleet: Fleet) -> None:
-    def broken(host: Host) -> LocalFakeHost:
+    def broken(host: Host) -> FakeHypervisor:
         raise RuntimeError("factory bug")
 
     fleet.engine.pool = HostPool(broken)
@@ -260,11 +265,11 @@ def test_the_check_waits_for_the_ip_of_a_vm_created_in_this_run(fleet: Fleet) ->
     host.auto_ip = False
     looks: list[str] = []
 
-    def late_ip(method: str, target: str) -> None:
-        if method == "addresses":
-            looks.append(target)
+    def late_ip(call: Call) -> None:
+        if call.method == "addresses":
+            looks.append(call.target)
             if len(looks) == 4:
-                host.addresses_of[target] = ("192.0.2.99",)
+                host.addresses_of[call.target] = ("192.0.2.99",)
 
     host.on_call = late_ip
 
@@ -291,8 +296,8 @@ def test_a_vm_without_an_ip_after_the_wait_is_reported_without_one(fleet: Fleet)
 
 def test_a_stop_request_during_a_cycle_skips_the_rest_and_probes_nothing(fleet: Fleet) -> None:
     fleet.engine.settings = ApplySettings(per_host_concurrency=1, observe_timeout=2.0)
-    fleet.hosts["kvm01"].on_call = lambda method, target: (
-        fleet.stop.set() if method == "create" else None
+    fleet.hosts["kvm01"].on_call = lambda call: (
+        fleet.stop.set() if call.method == "create" else None
     )
 
     report = fleet.cycle()

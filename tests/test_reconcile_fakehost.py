@@ -12,9 +12,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FLEET, HOST, IMAGE_BYTES, PROXY, FakeImages, FakeProber, FakeTime
+from enginefakes import FLEET, HOST, PROXY, FakeTime
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import IMAGE_BYTES, FakeImages
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.reconcile import Engine
 from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from enginefakes import FleetRepo as Fleet
 
+from reconciler.adapters.hypervisor.fakehost import Call
 from reconciler.engine.reconcile import Prepared
 from reconciler.model.report import RunReport, RunResult
 
@@ -17,7 +18,7 @@ class Refused(Exception):
 
 def test_the_gate_runs_once_every_host_dials_and_before_any_is_observed(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path)
-    seen: list[list[tuple[int, list[tuple[str, str]]]]] = []
+    seen: list[list[tuple[int, list[Call]]]] = []
 
     def gate() -> None:
         seen.append([(h.dialled_ahead, list(h.calls)) for h in fleet.hosts.values()])
@@ -26,7 +27,7 @@ def test_the_gate_runs_once_every_host_dials_and_before_any_is_observed(tmp_path
 
     assert isinstance(prepared, Prepared)
     assert seen == [[(1, []), (1, [])]]
-    assert all(("observe", "") in h.calls for h in fleet.hosts.values())
+    assert all(Call("observe") in h.calls for h in fleet.hosts.values())
 
 
 def test_a_gate_that_refuses_leaves_every_host_unobserved(tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber
 
 from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli.serve import build_engine
 from reconciler.core.status.conditions import dns_published
 from reconciler.model.report import DnsResult, Health, Member

@@ -18,13 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, FleetRepo
+from enginefakes import FakeTime, FleetRepo
 from secretutil import make_identity, write_secret
 
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.adapters.secrets.agesecrets import load_identity
 from reconciler.adapters.state.historystore import FileHistoryStore
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli import apply, build_parser, main
 from reconciler.cli.logsetup import LogfmtFormatter
 from reconciler.core.load.inventory import dump_inventory

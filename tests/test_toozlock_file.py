@@ -34,25 +34,6 @@ time.sleep(60)
 """
 
 
-def test_a_second_process_is_refused_and_told_who_holds_the_lock(tmp_path: Path) -> None:
-    url = default_url(tmp_path)
-    first, second = ToozLocks(url, me=A), ToozLocks(url, me=B)
-    try:
-        assert first.lock("home").acquire()
-        assert second.lock("home").acquire() is False
-
-        holder = second.lock("home").holder()
-        assert holder is not None
-        assert (holder.box, holder.pid, holder.role) == ("box-a", 101, "daemon")
-        assert holder.since is not None
-        assert str(holder).startswith("daemon on box-a (pid 101, since ")
-        assert first.lock("home").held() and not second.lock("home").held()
-        assert second.lock("office").acquire()  # another fleet, another lock
-    finally:
-        first.close()
-        second.close()
-
-
 def test_the_file_lock_has_no_ttl_and_stays_held(tmp_path: Path) -> None:
     locks = ToozLocks(default_url(tmp_path), me=A, ttl=3)
     try:

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from enginefakes import FakeImages, FakeProber, FakeTime, FleetRepo
+from enginefakes import FakeTime, FleetRepo
 from secretutil import make_identity, write_secret
 
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.secrets.agesecrets import load_identity
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.variables import Values, substitute
 from reconciler.core.render.seediso import seed_iso

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 from daemonutil import http, real_daemon, running, wait_until
-from enginefakes import FakeImages, FakeProber, FakeTime, LocalFakeHost
+from enginefakes import FakeTime, fake_host
 from gitutil import Remote, git, make_remote
 from hostservices import Sshd, make_keys
 
 from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
+from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.httpapi import sign
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.adapters.surface.probe import FakeProber
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host
@@ -74,7 +77,7 @@ spec:
 class Rig:
     remote: Remote
     daemon: Daemon
-    host: LocalFakeHost
+    host: FakeHypervisor
     engine: Engine
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -97,10 +100,10 @@ def build(remote: Remote, url: str, tmp_path: Path, repo: RepoSettings) -> Rig:
         webhook=WebhookSettings(secret_file=tmp_path / "secret"),
         state_dir=tmp_path / "state",
     )
-    host = LocalFakeHost("kvm01")
+    host = fake_host("kvm01")
     stop = threading.Event()
 
-    def factory(h: Host) -> LocalFakeHost:
+    def factory(h: Host) -> FakeHypervisor:
         return host
 
     engine = Engine(

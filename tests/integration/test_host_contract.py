@@ -9,6 +9,7 @@ volume, stopping a VM behind proxyfleet's back) goes through a small ``Backend``
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -157,15 +158,17 @@ def test_contract_create_again_keeps_one_vm_and_starts_it_when_stopped(
     assert sum(1 for name in observed(side.hv) if name == spec.domain) == 1
 
 
-def test_contract_start_brings_back_a_vm_stopped_behind_proxyfleets_back(
+def test_contract_start_brings_back_a_vm_stopped_behind_proxyfleets_back_and_keeps_one_running(
     side: Backend, vm: Callable[[str], VmSpec]
 ) -> None:
-    spec = vm("start")
+    spec, running = vm("start"), vm("running")
     side.stop(spec.domain)
 
     side.hv.start(spec.domain)
+    side.hv.start(running.domain)
 
     assert observed(side.hv)[spec.domain].state is DomainState.RUNNING
+    assert observed(side.hv)[running.domain].state is DomainState.RUNNING
 
 
 def test_contract_delete_removes_the_vm_and_its_volumes_and_deleting_again_is_fine(
@@ -241,3 +244,33 @@ def test_contract_an_unused_base_goes_and_one_under_an_overlay_stays(
     volumes = set(side.hv.observe().volumes)
     assert set(removed) == {base, base_marker_name(base)}
     assert not {base, base_marker_name(base)} & volumes
+
+
+def test_contract_deleting_a_domain_that_never_existed_is_fine(side: Backend) -> None:
+    never = f"pf-it-never-{secrets.token_hex(3)}"
+
+    side.hv.delete(never)
+
+    assert never not in observed(side.hv)
+
+
+def test_contract_set_owner_writes_a_changed_label_and_refuses_another_proxys_owner(
+    side: Backend, vm: Callable[[str], VmSpec]
+) -> None:
+    spec = vm("label")
+    protected = dataclasses.replace(spec.owner, protect=True)
+
+    side.hv.set_owner(spec.domain, protected)
+    with pytest.raises(PermanentError):
+        side.hv.set_owner(spec.domain, dataclasses.replace(spec.owner, proxy="someone-else"))
+
+    assert observed(side.hv)[spec.domain].owner == protected
+
+
+def test_contract_a_shut_off_vm_has_no_addresses(
+    side: Backend, vm: Callable[[str], VmSpec]
+) -> None:
+    spec = vm("off")
+    side.stop(spec.domain)
+
+    assert side.hv.addresses(spec.domain) == ()

@@ -30,6 +30,7 @@ from ruamel.yaml import YAML
 from reconciler.adapters.coordination.fleetlock import this_process
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.adapters.hypervisor.fakehost import Call
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.leadership import Leadership
@@ -87,12 +88,12 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     metrics = Metrics()
     for name, host in world.hosts.items():
 
-        def timed(method: str, target: str, host_name: str = name) -> None:
-            failing = host_name == "kvm02" and method == "create"
-            metrics.observe_rpc(f"fake.{method}", host_name, 0.01, ok=not failing)
+        def timed(call: Call, host_name: str = name) -> None:
+            failing = host_name == "kvm02" and call.method == "create"
+            metrics.observe_rpc(f"fake.{call.method}", host_name, 0.01, ok=not failing)
 
         host.on_call = timed
-    world.hosts["kvm02"].failures[("create", "*")] = [PermanentError("pool is full")]
+    world.hosts["kvm02"].fail("create", PermanentError("pool is full"))
     state = tmp_path / "state"
     locks = ToozLocks(default_url(state), me=this_process("daemon"), ttl=20)
     leadership = Leadership(locks, poll=0.5, on_change=metrics.leading)

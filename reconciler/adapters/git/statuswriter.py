@@ -65,14 +65,17 @@ class StatusSink(Protocol):
 
 @dataclass
 class MemoryStatusSink:
-    """A StatusSink for unit tests: keeps documents, commits when meaningful."""
+    """A StatusSink for unit tests: keeps documents, commits when meaningful (as the git
+    writer does: tests/test_status_sink_contract.py); ``reports`` are all it was given."""
 
     history: int = 10
     documents: list[statusdoc.Doc] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    reports: list[RunReport] = field(default_factory=list)
     _runs: list[statusdoc.Doc] = field(default_factory=list)
 
     def publish(self, report: RunReport) -> Published:
+        self.reports.append(report)
         previous = self.documents[-1] if self.documents else None
         self._runs = [statusdoc.run_entry(report), *self._runs][: self.history]
         doc = statusdoc.build(report, previous, runs=self._runs)

@@ -21,21 +21,33 @@ test against the fake means the same thing against a host:
   ``remove_volumes`` refuses names that are not the domain's, a domain that
   exists, and volumes a domain uses (``uses``), as the real adapter does.
 
-Failure injection: ``unreachable = True`` makes every call raise
-TransientError; ``fail(method, error, times=N, target=...)`` raises ``error``
-on the next N matching calls (``times=None``: every one). ``calls`` records
-every call, ``mutations`` only those that changed something, so "a second run
-makes no mutating call" is ``fake.mutations == []`` after ``fake.forget()``.
+Failure injection (reconciler.adapters.hypervisor.fakecalls): ``unreachable = True``
+makes every call raise TransientError; ``fail(method, error, times=N, target=...)``
+raises ``error`` on the next N matching calls (``times=None``: every one; failures
+scripted for one method are taken in the order they were added), where ``error`` is a
+HostError the real adapter raises or any other exception standing for an adapter bug;
+``on_call`` runs before each call acts (to block or count); ``latency`` seconds make
+every mutating call take that long, counted by ``in_flight`` (this host) and the
+``gauge`` given to the constructor (shared by several hosts). ``calls`` records every
+call, ``mutations`` only those that changed something, so "a second run makes no
+mutating call" is ``fake.mutations == []`` after ``fake.forget()``; ``requested()``
+lists the calls of mutating methods whether or not they changed anything.
+
+A VM the real adapter creates gets its address when its guest boots; with
+``auto_ip=True`` the fake gives each new VM one in 192.0.2.0/24 at once (a guest that
+boots instantly), else a test sets ``addresses_of`` when it likes.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
+from reconciler.adapters.hypervisor.fakecalls import ANY, MUTATING, Call, Failures, Gauge
+from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Domain, DomainState, HostInventory, Image, Owner
 from reconciler.model.inventory import Capacity
 from reconciler.model.vm import (
@@ -46,31 +58,21 @@ from reconciler.model.vm import (
     vm_volumes,
 )
 
-ANY = "*"
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    method: str
-    """observe, ensure_image, create, start, set_owner, delete, remove_volumes,
-    remove_unused_base, addresses or close."""
-    target: str = ""
-    """The domain name, the image key for ensure_image, the base for remove_unused_base;
-    '' for observe/close."""
-
-
-@dataclass
-class _Failure:
-    method: str
-    target: str
-    error: HostError
-    remaining: int | None
+__all__ = ["ANY", "Call", "FakeHypervisor", "Gauge"]
 
 
 class FakeHypervisor:
     """One fake host. Thread-safe; the executor may call it from several workers."""
 
-    def __init__(self, name: str, *, domains: tuple[Domain, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        domains: tuple[Domain, ...] = (),
+        auto_ip: bool = False,
+        latency: float = 0.0,
+        gauge: Gauge | None = None,
+    ) -> None:
         self._name = name
         self._lock = threading.Lock()
         self.domains: dict[str, Domain] = {d.name: d for d in domains}
@@ -90,20 +92,32 @@ class FakeHypervisor:
         """What ``observe`` reports the host has (None: not read, as an old inventory)."""
         self.unreachable = False
         self.closed = 0
+        self.dialled_ahead = 0
         self.on_call: Callable[[Call], None] | None = None
         """Runs (outside the lock) on every call before it acts: for blocking or counting."""
-        self._failures: list[_Failure] = []
+        self.auto_ip = auto_ip
+        self.latency = latency
+        """Seconds every mutating call takes (slept outside the lock, after ``on_call``)."""
+        self.in_flight = Gauge()
+        self.gauge = gauge if gauge is not None else Gauge()
+        self._failures = Failures()
+        self._next_ip = 10
 
     @property
     def name(self) -> str:
         return self._name
 
     def fail(
-        self, method: str, error: HostError, *, times: int | None = 1, target: str = ANY
+        self, method: str, error: Exception, *, times: int | None = 1, target: str = ANY
     ) -> None:
         """Raise ``error`` on the next ``times`` calls of ``method`` (on ``target``)."""
         with self._lock:
-            self._failures.append(_Failure(method, target, error, times))
+            self._failures.add(method, error, times=times, target=target)
+
+    def requested(self) -> list[Call]:
+        """The calls of mutating methods so far, whether or not they changed anything."""
+        with self._lock:
+            return [c for c in self.calls if c.method in MUTATING]
 
     def add_domain(
         self, name: str, state: DomainState = DomainState.RUNNING, owner: Owner | None = None
@@ -130,7 +144,8 @@ class FakeHypervisor:
             self.mutations.clear()
 
     def dial_ahead(self) -> None:
-        pass  # connected from the start
+        with self._lock:
+            self.dialled_ahead += 1  # connected from the start; counted for the tests
 
     def observe(self) -> HostInventory:
         self._enter(Call("observe"))
@@ -185,6 +200,9 @@ class FakeHypervisor:
             self.overlays[spec.domain] = spec.base_name
             self.volumes.update((spec.overlay_name, spec.seed_name))
             self.uses[spec.domain] = frozenset((spec.overlay_name, spec.seed_name))
+            if self.auto_ip and spec.domain not in self.addresses_of:
+                self._next_ip += 1
+                self.addresses_of[spec.domain] = (f"192.0.2.{self._next_ip}",)
             self.mutations.append(call)
 
     def start(self, domain: str) -> None:
@@ -314,7 +332,7 @@ class FakeHypervisor:
     def _enter(self, call: Call, *, inject: bool = True) -> None:
         with self._lock:
             self.calls.append(call)
-            failure = self._take_failure(call) if inject else None
+            failure = self._failures.take(call) if inject else None
             unreachable = self.unreachable and inject
         if self.on_call is not None:
             self.on_call(call)
@@ -322,14 +340,6 @@ class FakeHypervisor:
             raise TransientError(f"cannot reach SSH at {self._name}: unreachable", host=self._name)
         if failure is not None:
             raise failure
-
-    def _take_failure(self, call: Call) -> HostError | None:
-        for failure in self._failures:
-            if failure.method != call.method or failure.target not in (ANY, call.target):
-                continue
-            if failure.remaining is not None:
-                failure.remaining -= 1
-                if failure.remaining <= 0:
-                    self._failures.remove(failure)
-            return failure.error
-        return None
+        if self.latency and call.method in MUTATING:
+            with self.in_flight, self.gauge:
+                time.sleep(self.latency)

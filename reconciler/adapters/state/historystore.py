@@ -45,19 +45,25 @@ class HistoryStore(Protocol):
 
 class MemoryHistoryStore:
     """Keeps the history in this process only: for tests, and a one-off ``apply``
-    without a state dir."""
+    without a state dir.
+
+    What it keeps goes through the file's encoding, so a run reads back what it would
+    read from ``history.json`` (times to the second), as tests/test_history_store_contract.py
+    checks against ``FileHistoryStore``.
+    """
 
     def __init__(self, history: History | None = None) -> None:
-        self._history = history or History()
+        self._document = encode(history or History())
         self._lock = threading.Lock()
 
     def load(self) -> History:
         with self._lock:
-            return self._history
+            return decode(self._document)
 
     def save(self, history: History) -> None:
+        document = encode(history)
         with self._lock:
-            self._history = history
+            self._document = document
 
 
 class FileHistoryStore:

@@ -83,23 +83,35 @@ class HttpProber:
 
 
 class FakeProber:
-    """A scripted prober for unit tests: a result per IP, every call recorded."""
+    """The prober's fake for unit tests: every address answers healthy unless scripted
+    otherwise, and every call is recorded.
 
-    def __init__(
-        self,
-        results: Mapping[str, ProbeResult] | None = None,
-        *,
-        default: ProbeResult | None = None,
-    ) -> None:
+    ``results`` gives an address its own answer; an address in ``unhealthy`` answers
+    HTTP 503; with ``healthy_only`` set, every address not in it does. ``calls`` lists the
+    probed addresses in order, ``checks`` the health checks they were probed with.
+    """
+
+    def __init__(self, results: Mapping[str, ProbeResult] | None = None) -> None:
         self.results: dict[str, ProbeResult] = dict(results or {})
-        self.default = default or ProbeResult(ok=False, error="no proxy answers at this address")
-        self.calls: list[tuple[str, HealthCheck]] = []
+        self.unhealthy: set[str] = set()
+        self.healthy_only: set[str] | None = None
+        self.calls: list[str] = []
+        self.checks: list[HealthCheck] = []
         self._lock = threading.Lock()
 
     def probe(self, ip: str, health: HealthCheck) -> ProbeResult:
         with self._lock:
-            self.calls.append((ip, health))
-            return self.results.get(ip, self.default)
+            self.calls.append(ip)
+            self.checks.append(health)
+            scripted = self.results.get(ip)
+            refused = ip in self.unhealthy or (
+                self.healthy_only is not None and ip not in self.healthy_only
+            )
+        if scripted is not None:
+            return scripted
+        if refused:
+            return ProbeResult(ok=False, status=503, error=f"HTTP 503 from {health.probe_url}")
+        return ProbeResult(ok=True, status=health.expect_status)
 
 
 def probe(
