@@ -7,17 +7,23 @@ from the engine's own report, as the status writer builds it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from enginefakes import FleetRepo
+from gitutil import make_remote
 
 from reconciler.adapters.git.fakesource import FakeSource
+from reconciler.adapters.git.fleetrevision import last_status
+from reconciler.adapters.git.statuswriter import GitStatusWriter
+from reconciler.cli import apply, build_parser
 from reconciler.core.status import statusdoc
 from reconciler.engine.daemon import source_cycle
 from reconciler.model.report import RunReport, RunResult
+from reconciler.model.settings import RepoSettings, StatusSettings
 
 BOTH = ("kvm01", "kvm02")
 PROXIES = ("web-1", "web-2", "web-3")
@@ -165,3 +171,27 @@ def test_no_known_status_checks_nothing(tmp_path: Path) -> None:
     world.engine.last_status = lambda root: None
 
     assert world.cycle("rev2").result is not RunResult.STALLED
+
+
+def test_apply_refuses_the_removal_from_the_real_status_branch_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    remote = make_remote(tmp_path)
+    world = FleetRepo(remote.work)
+    first = remote.commit({}, "Three proxies on two hosts")
+    writer = GitStatusWriter(RepoSettings(url=remote.url), StatusSettings(), tmp_path / "daemon")
+    published = writer.publish(world.cycle(first))  # the daemon's run, committed as status
+    assert published.commit and not published.error, published
+    on_kvm02 = owned_on(world, "kvm02")
+    world.write(("kvm01",), PROXIES)
+    second = remote.commit({}, "Drop kvm02")
+    world.engine.last_status = functools.partial(last_status, status=StatusSettings(), timeout=30.0)
+    world.forget_calls()
+
+    args = build_parser().parse_args(["apply", "--repo", str(remote.work), "--yes"])
+    code = apply.apply_with(args, world.engine, revision=lambda: second)
+
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "host kvm02 is no longer listed" in err and all(vm in err for vm in on_kvm02)
+    assert world.mutating_calls() == []
