@@ -139,7 +139,7 @@ def test_a_removed_host_the_status_has_no_vm_count_for_is_let_go_with_a_warning(
 ) -> None:
     world, last = removed_after_a_run(tmp_path)
     for host in last["hosts"]:
-        del host["owned"]  # a status written before hosts had counts
+        del host["owned"]  # a status the daemon did not write
 
     with caplog.at_level(logging.WARNING, logger="reconciler.engine.guards"):
         report = world.cycle("rev2")

@@ -32,8 +32,8 @@ observed VMs) and stop the cycle before the plan is carried out.
   only the hosts of ``fleet.yaml``: it would leave those VMs running unmanaged
   and create their proxies anew elsewhere with no health gate between. The way
   out: ``state: draining`` until the status reports the host empty. What the
-  status cannot tell never refuses: a host without a VM count (a document older
-  than the counts) or one unreachable at the last run (taken as gone for good)
+  status cannot tell never refuses: a host without a VM count (a document the
+  daemon did not write) or one unreachable at the last run (taken as gone for good)
   is let go with a warning naming it.
 """
 
@@ -119,8 +119,9 @@ def check_removed_hosts(repo: Repo, last: Mapping[str, Any] | None) -> Refusal |
         owned, vms = entry.get("owned"), sorted(held.get(name, ()))
         if not isinstance(owned, int) or isinstance(owned, bool):
             log.warning(
-                "Host %s left fleet.yaml; the fleet's last status has no VM count for it (an "
-                "older status), so its removal is not checked: VMs it still runs stay, unmanaged.",
+                "Host %s left fleet.yaml; the fleet's last status has no VM count for it (not "
+                "one the daemon wrote), so its removal is not checked: VMs it still runs stay, "
+                "unmanaged.",
                 name,
             )
         elif owned or vms:
