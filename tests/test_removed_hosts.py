@@ -19,7 +19,8 @@ from gitutil import make_remote
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.adapters.git.fleetrevision import last_status
 from reconciler.adapters.git.statuswriter import GitStatusWriter
-from reconciler.cli import apply, build_parser
+from reconciler.cli import apply, build_parser, plan
+from reconciler.cli.applyengine import Started
 from reconciler.core.status import statusdoc
 from reconciler.engine.daemon import source_cycle
 from reconciler.model.report import RunReport, RunResult
@@ -173,7 +174,7 @@ def test_no_known_status_checks_nothing(tmp_path: Path) -> None:
     assert world.cycle("rev2").result is not RunResult.STALLED
 
 
-def test_apply_refuses_the_removal_from_the_real_status_branch_and_exits_1(
+def test_apply_and_plan_refuse_the_removal_read_from_the_real_status_branch_with_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     remote = make_remote(tmp_path)
@@ -191,7 +192,13 @@ def test_apply_refuses_the_removal_from_the_real_status_branch_and_exits_1(
     args = build_parser().parse_args(["apply", "--repo", str(remote.work), "--yes"])
     code = apply.apply_with(args, world.engine, revision=lambda: second)
 
-    err = capsys.readouterr().err
-    assert code == 1, err
-    assert "host kvm02 is no longer listed" in err and all(vm in err for vm in on_kvm02)
+    planned = plan._live(
+        build_parser().parse_args(["plan", "--repo", str(remote.work)]),
+        Started(world.engine, None, lambda: second, None),
+    )
+
+    applied, shown = capsys.readouterr().err.split(f"{remote.work}: nothing was planned:")
+    assert (code, planned) == (1, 1), applied + shown
+    for err in (applied, shown):
+        assert "host kvm02 is no longer listed" in err and all(vm in err for vm in on_kvm02)
     assert world.mutating_calls() == []
