@@ -44,7 +44,8 @@ FIRST = (
 test_e2e_dns_rollout joined A (2026-12-06): B had since gained test_e2e_live, _drain and
 _fixed_address; it follows day 2, whose two Debian 12 hosts it keeps. test_e2e_live moved to A
 too (its rig is day 2's): on 2026-12-06 A took 2,091 s and B 3,144 s before either move,
-and B has since gained test_e2e_drain (~1,200 s)."""
+and B has since gained test_e2e_drain (~1,200 s with one proxy; with two, 2,157 s alone
+on 2026-12-06 at load 12-46 beside a 20-guest benchmark, its drain 592 s of it)."""
 
 
 def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:

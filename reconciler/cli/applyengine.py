@@ -29,6 +29,7 @@ from reconciler.cli.common import (
     config_error,
     daemon_settings,
     fleet_settings,
+    fleet_status,
     guard_settings,
     host_factory,
     identity_error,
@@ -171,6 +172,7 @@ def build_engine(
         guards=guard_settings(settings, state),
         read_limits=read_limits(settings),
         secrets=secrets,
+        last_status=fleet_status(settings),
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -37,6 +38,7 @@ from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettin
 if TYPE_CHECKING:  # libvirt loads only when a host is built
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
     from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
+    from reconciler.engine.reconcile import LastStatus
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -223,6 +225,23 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
         state_file=state / "deletes.json",
         max_deletes=settings.max_deletes_per_run,
         allowed_file_dirs=settings.images.allow_file_dirs,
+    )
+
+
+def fleet_status(settings: DaemonSettings, *, daemon: bool = False) -> LastStatus | None:
+    """Where the engine reads the fleet's last status (the removed-host guard): the status
+    branch the daemon config names, fetched into the checkout with the operator's git, or
+    (``daemon``) with the daemon's key and credentials; None: the daemon writes none."""
+    from reconciler.adapters.git.fleetrevision import last_status
+    from reconciler.adapters.git.gitsource import git_environment
+
+    if not settings.status.enabled:
+        return None
+    return functools.partial(
+        last_status,
+        status=settings.status,
+        timeout=settings.repo.fetch_timeout,
+        env=git_environment(settings.repo) if daemon else None,
     )
 
 

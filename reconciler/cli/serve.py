@@ -21,6 +21,7 @@ from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.cli.common import (
     config_error,
+    fleet_status,
     guard_settings,
     lock_service,
     read_limits,
@@ -89,6 +90,7 @@ def build_engine(
         read_limits=read_limits(settings),
         secrets=secrets,
         endpoints=Rfc2136Publisher(settings.dns) if settings.dns is not None else None,
+        last_status=fleet_status(settings, daemon=True),
     )
 
 

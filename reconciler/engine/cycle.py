@@ -11,6 +11,11 @@ refused head (not a fast-forward, or ``verifyCommits``) keeps the fleet alive:
 the cycle reconciles the last revision it accepted, and the report names the
 refused one (``RunReport.refused``, Stalled/SourceRefused); only with nothing
 accepted yet in this process is it a Stalled report that touches no host.
+A head the engine's guards refuse as a revision (``REVISION_REFUSALS``: a host
+removed while it holds VMs) keeps the fleet alive the same way: the last repo
+this process loaded and the engine accepted is reconciled again, and the report
+is Stalled with the guard's reason, its problems first. Nothing is deleted for
+the refused revision; the hosts it dropped stay reconciled until the head changes.
 A head accepted although it does not descend from the last revision
 (``repo.allowNonFastForward``) is logged as a warning naming both revisions and
 the deletes its plan made (``rollback_warning``).
@@ -70,6 +75,7 @@ def source_cycle(
     of its own).
     """
     accepted: list[Checkout] = []  # the last checkout the source gave, in this process
+    good: list[tuple[str, Repo]] = []  # the last revision the engine accepted, as loaded
 
     def cycle(stop: threading.Event) -> RunReport | None:
         started = clock()
@@ -107,6 +113,12 @@ def source_cycle(
             report = reconcile(checkout.root, checkout.revision, loaded=loaded)
         else:
             report = reconcile(checkout.root, checkout.revision)
+        # 4b. A revision the guards refuse: the last accepted one is reconciled instead.
+        refused = refusal_reason(report)
+        if refused is not None and good and good[0][0] != checkout.revision:
+            report = again(reconcile, checkout.root, good[0], report, refused)
+        elif refused is None and isinstance(loaded, Repo) and report.plan is not None:
+            good[:] = [(checkout.revision, loaded)]
         # 5. What the source said belongs to the report too (and the fetch to its duration).
         report = replace(report, started=min(started, report.started))
         if checkout.fetch_error:
@@ -124,6 +136,45 @@ def source_cycle(
         return report
 
     return cycle
+
+
+REVISION_REFUSALS = frozenset({"HostRemovedWithVms"})
+"""Stalled reasons of the engine's guards that refuse a revision while the fleet it
+accepted before can still be reconciled."""
+
+
+def refusal_reason(report: RunReport) -> str | None:
+    """The report's Stalled reason when it is one of ``REVISION_REFUSALS``."""
+    for condition in report.conditions:
+        if condition.type == "Stalled" and condition.status:
+            return condition.reason if condition.reason in REVISION_REFUSALS else None
+    return None
+
+
+def again(
+    reconcile: Reconcile, root: Path, good: tuple[str, Repo], refused: RunReport, reason: str
+) -> RunReport:
+    """A run of the last accepted revision ``good`` (revision, repo as loaded), reported
+    as Stalled for the ``refused`` one with its ``reason`` and problems first."""
+    revision, repo = good
+    message = "; ".join(refused.problems)
+    log.warning(
+        "Revision %s refused (%s); reconciling the last accepted revision %s.",
+        refused.revision[:12],
+        reason,
+        revision[:12],
+    )
+    report = reconcile(root, revision, loaded=repo)
+    return replace(
+        report,
+        refused=refused.revision,
+        problems=(*refused.problems, *report.problems),
+        conditions=head_refused(
+            report.conditions,
+            f"{message}; the last accepted revision {revision[:12]} is applied",
+            reason=reason,
+        ),
+    )
 
 
 NAMED_DELETES = 10

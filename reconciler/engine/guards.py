@@ -25,6 +25,16 @@ observed VMs) and stop the cycle before the plan is carried out.
 - **The box's cap**: the daemon config's ``maxDeletesPerRun`` bounds the window
   too, below whatever the repo's policy says: a commit that raises its own
   limit, or acknowledges a shrink, still deletes at most the box's number.
+- **Removed hosts**: a revision whose ``fleet.yaml`` no longer lists a host that
+  the fleet's last status (status.yaml on the status branch, which every box
+  reads alike and which outlives an upgrade) shows holding VMs of the fleet is
+  Stalled, naming the host and its VMs, before any host call. A live run reads
+  only the hosts of ``fleet.yaml``: it would leave those VMs running unmanaged
+  and create their proxies anew elsewhere with no health gate between. The way
+  out: ``state: draining`` until the status reports the host empty. What the
+  status cannot tell never refuses: a host without a VM count (a document the
+  daemon did not write) or one unreachable at the last run (taken as gone for good)
+  is let go with a warning naming it.
 """
 
 from __future__ import annotations
@@ -32,10 +42,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from reconciler.core.plan.gates import shrink
 from reconciler.errors import PermanentError
@@ -84,6 +95,59 @@ def check_images(repo: Repo, check_url: Callable[[str], None] | None) -> Refusal
             where = image.location if image.location.file else repo.fleet.location
             problems.append(f"{where}: spec.images.{image.key}.url: {exc}")
     return Refusal("ImageRefused", tuple(problems)) if problems else None
+
+
+LISTED_VMS = 10
+"""VMs a removed host's problem names; the rest are counted."""
+
+
+def check_removed_hosts(repo: Repo, last: Mapping[str, Any] | None) -> Refusal | None:
+    """Stalled when ``last`` (the fleet's last status document; None: not known) shows VMs
+    of the fleet on a host ``repo``'s fleet.yaml no longer lists; one problem per host."""
+    if last is None:
+        return None
+    listed = {host.name for host in repo.fleet.hosts}
+    held: dict[str, set[str]] = {}
+    for proxy in last.get("proxies") or ():
+        if isinstance(proxy, Mapping) and proxy.get("host") not in listed and proxy.get("domain"):
+            held.setdefault(str(proxy.get("host")), set()).add(str(proxy["domain"]))
+    problems = []
+    for entry in last.get("hosts") or ():
+        name = str(entry.get("name", "")) if isinstance(entry, Mapping) else ""
+        if not name or name in listed:
+            continue
+        owned, vms = entry.get("owned"), sorted(held.get(name, ()))
+        if not isinstance(owned, int) or isinstance(owned, bool):
+            log.warning(
+                "Host %s left fleet.yaml; the fleet's last status has no VM count for it (not "
+                "one the daemon wrote), so its removal is not checked: VMs it still runs stay, "
+                "unmanaged.",
+                name,
+            )
+        elif owned or vms:
+            problem = _removed_with_vms(repo, name, max(owned, len(vms)), vms)
+            if entry.get("reachable", True):
+                problems.append(problem)
+            else:
+                log.warning(
+                    "%s; it was unreachable at the last run, so it is taken as gone for good and "
+                    "its removal is allowed: if it comes back, delete those VMs by hand.",
+                    problem.split(";", 1)[0],
+                )
+    return Refusal("HostRemovedWithVms", tuple(problems)) if problems else None
+
+
+def _removed_with_vms(repo: Repo, host: str, count: int, vms: Sequence[str]) -> str:
+    named = ", ".join(vms[:LISTED_VMS])
+    more = count - len(vms[:LISTED_VMS])
+    listed = f"{named} and {more} more" if named and more else named or f"{count} unnamed"
+    return (
+        f"{repo.fleet.location.file}: spec.hosts: host {host} is no longer listed but the "
+        f"fleet's last status shows {count} VM(s) of the fleet on it ({listed}); removed now, "
+        "they would run on unmanaged while their proxies are created again elsewhere. Keep "
+        "the host with state: draining until the status reports it empty, then remove it "
+        '(docs/hosts.md, "Decommission a host")'
+    )
 
 
 def check_shrink(repo: Repo, inventory: Inventory) -> Refusal | None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.images.imageurls import check_url
@@ -41,7 +42,13 @@ from reconciler.core.status.settling import settling
 from reconciler.engine.check import Prober, check_proxies
 from reconciler.engine.endpoints import EndpointPublisher, publish
 from reconciler.engine.executor import Executor, ImageSource
-from reconciler.engine.guards import DeleteWindow, check_identity, check_images, check_shrink
+from reconciler.engine.guards import (
+    DeleteWindow,
+    check_identity,
+    check_images,
+    check_removed_hosts,
+    check_shrink,
+)
 from reconciler.engine.observe import Observation, observe, size_bases
 from reconciler.engine.pool import HostFactory, HostPool
 from reconciler.engine.runtime import Runtime
@@ -61,6 +68,10 @@ from reconciler.model.report import (
 from reconciler.model.settings import ApplySettings, GuardSettings
 
 log = logging.getLogger(__name__)
+
+LastStatus = Callable[[Path], Mapping[str, Any] | None]
+"""The fleet's last status document as the checkout at a directory can fetch it
+(reconciler.adapters.git.fleetrevision.last_status); None when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +104,11 @@ class Engine:
         read_limits: ReadLimits | None = None,
         secrets: SecretAccess | None = None,
         endpoints: EndpointPublisher | None = None,
+        last_status: LastStatus | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
+        self.last_status = last_status
+        """The fleet's last status document, for the removed-host guard; None: not read."""
         self.endpoints = endpoints
         """Where the proxies' DNS names go after each run; None: nowhere."""
         self.history = history if history is not None else MemoryHistoryStore()
@@ -181,7 +195,11 @@ class Engine:
             return stalled_report(
                 problems, revision=revision, started=started, finished=self.runtime.clock()
             )
-        refusal = check_identity(repo, self.guards.fleet) or check_images(repo, self._url_check())
+        refusal = (
+            check_identity(repo, self.guards.fleet)
+            or check_images(repo, self._url_check())
+            or check_removed_hosts(repo, self.last_status(root) if self.last_status else None)
+        )
         if refusal is None:
             hosts = self.pool.sync(repo.fleet.hosts)
             for hypervisor in hosts.values():

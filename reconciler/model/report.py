@@ -179,8 +179,9 @@ class RunReport:
     """The failed replaces that halt the rollout of this revision after the run (none: not
     halted), one per proxy."""
     refused: str = ""
-    """A head the source refused (not a fast-forward, or ``verifyCommits``): the run
-    reconciled ``revision``, the last accepted one, and nothing acted on this one."""
+    """A head the source refused (not a fast-forward, or ``verifyCommits``) or a guard did
+    (a host removed while it holds VMs): the run reconciled ``revision``, the last accepted
+    one, and nothing acted on this one."""
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
     less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""

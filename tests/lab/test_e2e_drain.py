@@ -1,14 +1,15 @@
 """End to end on the lab: a host cordoned, then drained for maintenance (issue 43).
 
-Two lab hosts in one zone and one proxy, so two TCG boots in all:
+Two lab hosts in one zone and two proxies, so four TCG boots in all:
 
-1. The first host (the one placement picks on a tie) is ``state: cordoned``: the new
-   proxy lands on the second.
-2. The second is ``state: draining`` and the first active again: applies replace the
-   proxy on the first host; while they run, a thread fetches the lab's probe through the
-   old and the new VM every 2 s. Some VM answers at every sample, the old VM is deleted
-   only by a run after the one that found the new VM healthy, and the drained host is
-   reported empty.
+1. The first host (the one placement picks on a tie) is ``state: cordoned``: both new
+   proxies land on the second.
+2. The second is ``state: draining`` and the first active again: applies replace both
+   proxies on the first host (``rollout.maxSurge: 2``: one batch, to keep the test's
+   wall time to two boots at once); while they run, a thread fetches the lab's probe
+   through every VM of each proxy every 2 s. At least one of the two proxies answers at
+   every sample, each old VM is deleted only by a run after the one that found its new VM
+   healthy, and the drained host is reported empty.
 
 Each apply acts and returns (issue 39): the test runs applies until the fleet settles,
 as the daemon's runs would.
@@ -27,8 +28,8 @@ from labutil import Applied, apply, domains, git, probe_through, squid_user_data
 from lab import config as lab_config
 
 LAB_HOSTS = 2
-PROXY = "mover"
-SETTLE_SECONDS = 1500  # two TCG boots on a machine shared with other labs take minutes
+PROXIES = ("mover-1", "mover-2")
+SETTLE_SECONDS = 2400  # two TCG boots at once on a machine shared with other labs take minutes
 
 
 class Repo:
@@ -52,6 +53,7 @@ class Repo:
             + "".join(f"  {line}\n" for line in images)
             + "  machineTypes:\n    tiny:\n      vcpus: 1\n      memoryMiB: 512\n"
             "      diskGiB: 4\n  hosts:\n" + hosts + "  policy:\n    maxDeletesPerRun: 5\n"
+            "    rollout:\n      maxSurge: 2\n"
         )
         git(self.root, "add", "-A")
         git(self.root, "commit", "-q", "-m", message)
@@ -59,8 +61,8 @@ class Repo:
     def apply(self) -> Applied:
         self.runs += 1
         # One run per apply (--no-wait): the test steps through the drain run by run, as
-        # the daemon's runs go, and learns the new VM's address before the run that deletes
-        # the old one.
+        # the daemon's runs go, and learns the new VMs' addresses before the run that
+        # deletes the old ones.
         log = self.root.parent / f"apply-{self.runs}.log"
         return apply(self.lab, self.root, log, "--no-wait")
 
@@ -78,18 +80,18 @@ class Repo:
             time.sleep(15)
 
 
-def served(applied: Applied) -> dict[str, Any] | None:
-    """The proxy's entry when it is healthy."""
-    entry = applied.proxies()[PROXY]
-    return entry if entry["health"] == "healthy" else None
+def served(applied: Applied) -> dict[str, dict[str, Any]]:
+    """The healthy proxies' entries, by name."""
+    return {n: p for n, p in applied.proxies().items() if p["health"] == "healthy"}
 
 
 class Fetcher:
-    """Fetches the lab's probe through the old and (once known) the new VM every 2 s."""
+    """Fetches the lab's probe through every known VM of each proxy every 2 s."""
 
-    def __init__(self, url: str, old_ip: str) -> None:
-        self.url, self.old_ip, self.new_ip = url, old_ip, ""
-        self.samples: list[tuple[float, int | None, int | None]] = []
+    def __init__(self, url: str, old_ips: dict[str, str]) -> None:
+        self.url = url
+        self.ips = {name: [ip] for name, ip in old_ips.items()}  # old first, then the new
+        self.samples: list[dict[str, tuple[int | None, ...]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -101,16 +103,29 @@ class Fetcher:
         self._stop.set()
         self._thread.join(timeout=60)
 
-    def alone(self) -> bool:
-        """A sample answered by the new VM while the old one did not."""
-        return any(old != 204 and new == 204 for _, old, new in self.samples)
+    def learn(self, name: str, ip: str) -> None:
+        if ip not in self.ips[name]:
+            self.ips[name] = [*self.ips[name], ip]
+
+    def answering(self, sample: dict[str, tuple[int | None, ...]]) -> int:
+        """Proxies some VM of which answered in ``sample``."""
+        return sum(204 in statuses for statuses in sample.values())
+
+    def alone(self, name: str) -> bool:
+        """A sample in which ``name``'s new VM answered while its old one did not."""
+        return any(
+            len(s[name]) == 2 and s[name][0] != 204 and s[name][1] == 204 for s in self.samples
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            new_ip = self.new_ip
-            old = probe_through(self.old_ip, self.url).status
-            new = probe_through(new_ip, self.url).status if new_ip else None
-            self.samples.append((time.time(), old, new))
+            known = {name: list(ips) for name, ips in self.ips.items()}
+            self.samples.append(
+                {
+                    name: tuple(probe_through(ip, self.url).status for ip in ips)
+                    for name, ips in known.items()
+                }
+            )
             self._stop.wait(2)
 
 
@@ -119,65 +134,72 @@ def repo(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Repo:
     assert len(lab["hosts"]) == LAB_HOSTS
     root = tmp_path_factory.mktemp("drain") / "fleet"
     (root / "proxies").mkdir(parents=True)
-    user_data = "".join(f"      {line}\n" for line in squid_user_data(PROXY).split("\n"))
-    (root / "proxies" / f"{PROXY}.yaml").write_text(
-        "apiVersion: proxyfleet/v1\nkind: Proxy\n"
-        f"metadata:\n  name: {PROXY}\n"
-        "spec:\n  placement:\n    zone: zone-a\n    image: debian12\n    machineType: tiny\n"
-        "  cloudInit:\n    userData: |\n" + user_data.rstrip(" \n") + "\n"
-        f"  health:\n    probeURL: {lab['probeUrl']}\n    expectStatus: 204\n"
-        "    timeoutSeconds: 10\n"
-    )
+    for proxy in PROXIES:
+        user_data = "".join(f"      {line}\n" for line in squid_user_data(proxy).split("\n"))
+        (root / "proxies" / f"{proxy}.yaml").write_text(
+            "apiVersion: proxyfleet/v1\nkind: Proxy\n"
+            f"metadata:\n  name: {proxy}\n"
+            "spec:\n  placement:\n    zone: zone-a\n    image: debian12\n    machineType: tiny\n"
+            "  cloudInit:\n    userData: |\n" + user_data.rstrip(" \n") + "\n"
+            f"  health:\n    probeURL: {lab['probeUrl']}\n    expectStatus: 204\n"
+            "    timeoutSeconds: 10\n"
+        )
     git(root, "init", "-q", "-b", "main")
     return Repo(lab, root)
 
 
-def test_a_new_proxy_goes_past_a_cordoned_host(repo: Repo) -> None:
+def test_new_proxies_go_past_a_cordoned_host(repo: Repo) -> None:
     repo.write({repo.first: "cordoned"}, f"cordon {repo.first}")
-    runs = repo.until(served, "the proxy never served")
-    (create,) = runs[0].actions("create")
-    assert create["host"] == repo.second, create
-    entry = served(runs[-1])
-    assert entry is not None and entry["host"] == repo.second, entry
+    runs = repo.until(lambda a: len(served(a)) == len(PROXIES), "the proxies never served")
+    creates = runs[0].actions("create")
+    assert sorted(c["proxy"] for c in creates) == list(PROXIES), creates
+    assert {c["host"] for c in creates} == {repo.second}, creates
+    assert {p["host"] for p in served(runs[-1]).values()} == {repo.second}, runs[-1].result
     hosts = {h["name"]: h for h in runs[-1].result["hosts"]}
     assert hosts[repo.first]["state"] == "cordoned" and hosts[repo.first]["owned"] == 0, hosts
 
 
-def test_a_drained_host_hands_its_proxy_over_and_is_reported_empty(repo: Repo) -> None:
-    before = repo.apply()
-    entry = served(before)
-    assert entry is not None and entry["host"] == repo.second, before.result["proxies"]
-    old, old_ip = entry["domain"], entry["ip"]
+def test_a_drained_host_hands_both_proxies_over_and_is_reported_empty(repo: Repo) -> None:
+    before = served(repo.apply())
+    assert set(before) == set(PROXIES), before
+    assert {p["host"] for p in before.values()} == {repo.second}, before
+    old = {name: p["domain"] for name, p in before.items()}
     repo.write({repo.second: "draining"}, f"drain {repo.second}, uncordon {repo.first}")
     started = time.time()
-    with Fetcher(repo.lab["probeUrl"], old_ip) as fetcher:
+    with Fetcher(repo.lab["probeUrl"], {n: p["ip"] for n, p in before.items()}) as fetcher:
 
         def moved(applied: Applied) -> bool:
-            now = served(applied)
-            if now is not None and now["domain"] != old:
-                fetcher.new_ip = now["ip"]  # known before the run that may delete the old
-            return old not in domains(repo.second)
+            for name, now in served(applied).items():
+                if now["domain"] != old[name]:
+                    fetcher.learn(name, now["ip"])  # known before the run that may delete
+            return not set(old.values()) & set(domains(repo.second))
 
-        runs = repo.until(moved, "the old VM was never deleted")
+        runs = repo.until(moved, "the old VMs were never deleted")
         alone = time.monotonic() + 60
-        while not fetcher.alone() and time.monotonic() < alone:
+        while not all(fetcher.alone(n) for n in PROXIES) and time.monotonic() < alone:
             time.sleep(2)
-    (replace,) = runs[0].actions("replace")
-    assert replace["host"] == repo.first and f"host {repo.second} is draining" in replace["reason"]
-    (delete,) = [a for r in runs for a in r.actions("delete")]
-    assert delete["domain"] == old and "which is healthy" in delete["reason"], delete
-    assert fetcher.new_ip, "the old VM was deleted before a run found the new one healthy"
+    replaces = [a for r in runs for a in r.actions("replace")]
+    assert sorted(a["proxy"] for a in replaces) == list(PROXIES), replaces
+    for replace in replaces:
+        assert replace["host"] == repo.first, replace
+        assert f"host {repo.second} is draining" in replace["reason"], replace
+    deletes = [a for r in runs for a in r.actions("delete")]
+    assert sorted(d["domain"] for d in deletes) == sorted(old.values()), deletes
+    assert all("which is healthy" in d["reason"] for d in deletes), deletes
+    assert all(len(fetcher.ips[n]) == 2 for n in PROXIES), fetcher.ips  # learnt in time
     samples = fetcher.samples
-    assert samples and all(204 in (o, n) for _, o, n in samples), samples
-    assert fetcher.alone(), samples  # the sampler sees a VM gone, and the new one carries
+    answering = [fetcher.answering(s) for s in samples]
+    assert samples and min(answering) >= 1, samples  # never fewer than 1 of 2 answering
+    assert all(fetcher.alone(n) for n in PROXIES), samples  # each new VM carries alone
     print(
-        f"drain took {time.time() - started:.0f} s over {len(runs)} applies; "
-        f"{len(samples)} samples, every one answered"
+        f"drain of {len(PROXIES)} proxies took {time.time() - started:.0f} s over "
+        f"{len(runs)} applies; {len(samples)} samples, {answering.count(2)} with 2 of 2 "
+        f"answering, {answering.count(1)} with 1 of 2, none with fewer"
     )
     final = repo.apply()
     kinds = {a["action"] for a in final.result["plan"]["actions"]}
     assert final.code == 0 and kinds <= {"keep", "cleanup"}, final.result  # the old base
-    entry = served(final)
-    assert entry is not None and entry["host"] == repo.first, entry
+    assert {p["host"] for p in served(final).values()} == {repo.first}, final.result
+    assert set(served(final)) == set(PROXIES), final.result
     hosts = {h["name"]: h for h in final.result["hosts"]}
     assert hosts[repo.second]["state"] == "draining" and hosts[repo.second]["owned"] == 0, hosts

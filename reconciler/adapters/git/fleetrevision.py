@@ -11,21 +11,28 @@ check) it takes one field, ``lastAttemptedRevision`` (the last
 revision a run acted on; ``lastAppliedRevision`` when that is empty), and
 checks it is a commit id; then ``git merge-base --is-ancestor`` tells whether the
 checkout's HEAD descends from it. A commit the checkout does not hold is one it
-is behind. Anyone who can push may write the status branch: what is read there
-can only make ``apply`` refuse (or say it cannot tell), never act.
+is behind. ``last_status`` fetches the same document whole, for the guard on
+hosts removed while they hold VMs (reconciler.engine.guards): the daemon, ``apply``
+and ``plan`` read it before they plan. Anyone who can push may write the status
+branch: what is read there can only make a run refuse (or say it cannot tell),
+never act.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.adapters.git.gitsource import redact
-from reconciler.core.status.statusdoc import parse_yaml
+from reconciler.core.status.statusdoc import Doc, parse_yaml
 from reconciler.model.settings import StatusSettings
+
+log = logging.getLogger(__name__)
 
 MAX_STATUS_BYTES = 64 * 1024 * 1024
 """A status.yaml larger than this is not read (a fleet of thousands stays far below)."""
@@ -63,17 +70,8 @@ def standing(root: Path, status: StatusSettings, *, timeout: float) -> Standing:
         return Standing(unknown=f"{root} is not a git checkout")
     if not status.enabled:
         return Standing(checkout=head, unknown="the daemon writes no status (status.enabled)")
-    remote = _remote(git)
-    ref = f"refs/remotes/{remote}/{status.branch}"
     try:
-        git("fetch", "--no-tags", "--quiet", remote, f"+refs/heads/{status.branch}:{ref}")
-    except _GitFailed as exc:
-        return Standing(
-            checkout=head,
-            unknown=f"the status branch {status.branch} was not fetched from {remote}: {exc}",
-        )
-    try:
-        fleet = _fleet_revision(git, ref, _status_file(status))
+        fleet = _fleet_revision(_fetched_status(git, status), _status_file(status))
     except _GitFailed as exc:
         return Standing(checkout=head, unknown=str(exc))
     try:
@@ -81,6 +79,51 @@ def standing(root: Path, status: StatusSettings, *, timeout: float) -> Standing:
     except _GitFailed:  # 1: not an ancestor; 128: a commit this checkout does not hold
         return Standing(checkout=head, fleet=fleet, behind=True)
     return Standing(checkout=head, fleet=fleet)
+
+
+def last_status(
+    root: Path,
+    status: StatusSettings,
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> Doc | None:
+    """The status.yaml the fleet's daemon last committed, fetched into the checkout at
+    ``root`` as ``standing`` does; None (logged) when there is none or it cannot be read.
+    ``env``: git's environment beside this process's (the daemon's key and known_hosts).
+    Input from anyone who can push: the removed-host guard reads it only to refuse."""
+    if not status.enabled:
+        return None
+    try:
+        return _fetched_status(_Git(root, timeout, env), status)
+    except _GitFailed as exc:
+        log.info("The fleet's last status is not known: %s.", exc)
+        return None
+
+
+def _fetched_status(git: _Git, status: StatusSettings) -> Doc:
+    """status.yaml of the status branch, fetched from the checkout's remote; raises
+    _GitFailed saying why there is none."""
+    remote = _remote(git)
+    ref = f"refs/remotes/{remote}/{status.branch}"
+    try:
+        git("fetch", "--no-tags", "--quiet", remote, f"+refs/heads/{status.branch}:{ref}")
+    except _GitFailed as exc:
+        raise _GitFailed(
+            f"the status branch {status.branch} was not fetched from {remote}: {exc}"
+        ) from exc
+    path = _status_file(status)
+    where = f"{path} on the status branch"
+    try:
+        size = int(git("cat-file", "-s", f"{ref}:{path}"))
+    except (_GitFailed, ValueError) as exc:
+        raise _GitFailed(f"there is no {where}") from exc
+    if size > MAX_STATUS_BYTES:
+        raise _GitFailed(f"{where} is larger than {MAX_STATUS_BYTES} bytes; not read")
+    doc = parse_yaml(git("cat-file", "blob", f"{ref}:{path}"))
+    if doc is None:  # the bounded loader, and the shape the status writer checks
+        raise _GitFailed(f"{where} is not a status document proxyfleet wrote")
+    return doc
 
 
 def _remote(git: _Git) -> str:
@@ -98,32 +141,22 @@ def _status_file(status: StatusSettings) -> str:
     return f"{directory}/status.yaml" if directory and directory != "." else "status.yaml"
 
 
-def _fleet_revision(git: _Git, ref: str, path: str) -> str:
-    """``lastAttemptedRevision`` (else ``lastAppliedRevision``) of status.yaml at ``ref``;
-    raises _GitFailed saying why when there is no such commit id."""
-    where = f"{path} on the status branch"
-    try:
-        size = int(git("cat-file", "-s", f"{ref}:{path}"))
-    except (_GitFailed, ValueError) as exc:
-        raise _GitFailed(f"there is no {where}") from exc
-    if size > MAX_STATUS_BYTES:
-        raise _GitFailed(f"{where} is larger than {MAX_STATUS_BYTES} bytes; not read")
-    doc = parse_yaml(git("cat-file", "blob", f"{ref}:{path}"))
-    if doc is None:  # the bounded loader, and the shape the status writer checks
-        raise _GitFailed(f"{where} is not a status document proxyfleet wrote")
+def _fleet_revision(doc: Doc, path: str) -> str:
+    """``lastAttemptedRevision`` (else ``lastAppliedRevision``) of the status ``doc`` (at
+    ``path``); raises _GitFailed saying why when there is no such commit id."""
     revision = doc.get("lastAttemptedRevision") or doc.get("lastAppliedRevision")
     if not isinstance(revision, str) or not _COMMIT.fullmatch(revision):
-        raise _GitFailed(f"{where} names no applied revision yet")
+        raise _GitFailed(f"{path} on the status branch names no applied revision yet")
     return revision
 
 
 class _Git:
     """git in the checkout at ``root``: one command's stdout, stripped; raises _GitFailed."""
 
-    def __init__(self, root: Path, timeout: float) -> None:
+    def __init__(self, root: Path, timeout: float, env: Mapping[str, str] | None = None) -> None:
         self._root = root
         self._timeout = timeout
-        self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        self._env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"}
 
     def __call__(self, *args: str) -> str:
         try:

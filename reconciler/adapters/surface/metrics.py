@@ -77,8 +77,9 @@ class Metrics:
         )
         self.refused = Gauge(
             "proxyfleet_source_refused_info",
-            "A head of the fleet repo the daemon refused (not a fast-forward, or verifyCommits; "
-            "value 1) while it reconciles the last accepted revision; absent when none is.",
+            "A head of the fleet repo the daemon refused (not a fast-forward, verifyCommits, or "
+            "a host removed while it holds VMs; value 1) while it reconciles the last accepted "
+            "revision; absent when none is.",
             ["revision"],
             registry=r,
         )

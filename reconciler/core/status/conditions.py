@@ -36,15 +36,18 @@ def stalled(reason: str, message: str) -> Conditions:
     )
 
 
-def head_refused(conditions: Conditions, message: str) -> Conditions:
-    """``conditions`` of a run of the last accepted revision, while the source refuses its
-    head: Stalled (SourceRefused) says so, and Ready is False for it until someone acts."""
+def head_refused(
+    conditions: Conditions, message: str, *, reason: str = "SourceRefused"
+) -> Conditions:
+    """``conditions`` of a run of the last accepted revision, while the source (or a guard,
+    with its ``reason``) refuses its head: Stalled says so, and Ready is False for it until
+    someone acts."""
     found = []
     for condition in conditions:
         if condition.type == "Stalled" and not condition.status:
-            condition = Condition("Stalled", True, "SourceRefused", message)
+            condition = Condition("Stalled", True, reason, message)
         elif condition.type == "Ready" and condition.status:
-            condition = Condition("Ready", False, "SourceRefused", message)
+            condition = Condition("Ready", False, reason, message)
         found.append(condition)
     return tuple(found)
 
