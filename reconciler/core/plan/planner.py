@@ -34,6 +34,7 @@ base. A relabel directly follows the action of the VM it concerns.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from functools import partial
 
 from reconciler.core.plan.bases import unused_bases
 from reconciler.core.plan.capacity import Room
@@ -103,6 +104,7 @@ class _Planner:
             self.hosts, index.zones, reachable=index.reachable, load=seen.load, room=self.room
         )
         self.suspect = suspect_zones(self._kept_running, history)
+        self._new_vm = partial(new_vm_action, index, self.placement)
 
     def _preference(self, vm: OwnedVm) -> tuple[bool, bool, bool, str, str]:
         return preference(vm, self.history)
@@ -249,16 +251,3 @@ class _Planner:
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
         return [new, *(block(vm.action(Delete, ""), why) for vm in others)]
-
-    def _new_vm(
-        self,
-        proxy: Proxy,
-        made: Made,
-        *,
-        prefer: str | None,
-        replaces: OwnedVm | None,
-        heal: str = "",
-    ) -> Action:
-        return new_vm_action(
-            self.index, self.placement, proxy, made, prefer=prefer, replaces=replaces, heal=heal
-        )
