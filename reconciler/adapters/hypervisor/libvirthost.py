@@ -22,8 +22,9 @@ from typing import Any
 import libvirt
 
 from reconciler.adapters.hypervisor.hostcheck.check import HostReport, Need, check_host
-from reconciler.adapters.hypervisor.images.baseimage import BaseImages, FileOpener, xml_of
+from reconciler.adapters.hypervisor.images.baseimage import BaseImages, FileOpener
 from reconciler.adapters.hypervisor.images.unusedvolumes import remove_unused, remove_unused_base
+from reconciler.adapters.hypervisor.images.volumes import xml_of
 from reconciler.adapters.hypervisor.observe.addresses import domain_addresses
 from reconciler.adapters.hypervisor.observe.hostobserve import observe_host
 from reconciler.adapters.hypervisor.transport.libvirterrors import NO_SPACE

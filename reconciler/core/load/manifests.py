@@ -164,7 +164,7 @@ def load_repo(
     if problems or fleet is None or fleet.fleet is None:
         raise InvalidInput(sorted(set(problems), key=_order))
     built = sorted(
-        (proxy.with_secrets(resolved[id(proxy)]) for proxy in proxies if not proxy.template_only),
+        (proxy.model(resolved[id(proxy)]) for proxy in proxies if not proxy.template_only),
         key=lambda p: p.name,
     )
     return Repo(fleet=fleet.fleet, proxies=tuple(built))

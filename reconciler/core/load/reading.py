@@ -12,6 +12,9 @@ document is read once more, here, and only here. The reading serves every later 
   ``fixedaddress`` the fixed address;
 - when the schema check passed, the same pass builds the model (``Fleet``, ``Proxy``)
   from the values it has just read, so no step digs into the document's dicts again.
+  A ``Proxy`` is built once, by ``ProxyReading.model``, when its userData has been
+  read (``userdatafile``) and its secrets resolved (``secretrefs``): until then the
+  reading holds the rest of it, read here, as a ``partial``.
 
 A Proxy is read with fleet.yaml's defaults already merged in; each member of a
 ProxySet is read as the Proxy document it stands for (``proxyset``).
@@ -20,6 +23,7 @@ ProxySet is read as the Proxy document it stands for (``proxyset``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any
 
 from reconciler.core.load import fixedaddress
@@ -124,8 +128,9 @@ class ProxyReading:
     user_data: str | None
     vendor_data: str | None
     network_config: str | None
-    proxy: Proxy | None
-    """The model, without its secrets (``with_secrets``); None when the schema check failed."""
+    proxy: partial[Proxy] | None
+    """The model but its cloud-init, built by ``model`` once the userData is read and its
+    secrets resolved; None when the schema check failed."""
     user_data_file: str | None = None
     """``spec.cloudInit.userDataFile`` as written (``userdatafile`` reads it)."""
     labels: tuple[tuple[str, str], ...] = ()
@@ -142,18 +147,18 @@ class ProxyReading:
 
     def with_user_data(self, text: str | None, source: UserDataSource) -> ProxyReading:
         """This reading with its userData read (from a file, variables substituted)."""
-        proxy = self.proxy
-        if proxy is not None and text is not None:
-            proxy = replace(proxy, cloud_init=replace(proxy.cloud_init, user_data=text))
-        return replace(self, user_data=text, source=source, proxy=proxy)
+        return replace(self, user_data=text, source=source)
 
-    def with_secrets(self, secrets: tuple[SecretValue, ...]) -> Proxy:
-        """The model with the secrets its userData refers to, resolved."""
+    def model(self, secrets: tuple[SecretValue, ...]) -> Proxy:
+        """The ``Proxy``, built once: the userData as read, the secrets it refers to resolved."""
         assert self.proxy is not None, "only a schema-valid proxy has a model"
-        if not secrets:
-            return self.proxy
-        cloud = replace(self.proxy.cloud_init, secrets=secrets)
-        return replace(self.proxy, cloud_init=cloud)
+        cloud_init = CloudInit(
+            user_data=self.user_data or "",
+            vendor_data=self.vendor_data,
+            network_config=self.network_config,
+            secrets=secrets,
+        )
+        return self.proxy(cloud_init=cloud_init)
 
 
 def read_fleet(document: Document, *, valid: bool) -> FleetReading:
@@ -230,12 +235,10 @@ def read_proxy(
     if valid:
         assert name is not None and zone is not None
         assert image is not None and machine_type is not None
-        proxy = Proxy(
+        proxy = partial(
+            Proxy,
             name=name,
             placement=Placement(zone=zone, image=image, machine_type=machine_type, host=host),
-            cloud_init=CloudInit(
-                user_data=user_data or "", vendor_data=vendor_data, network_config=network_config
-            ),
             install_guest_agent=spec.get("installGuestAgent", True),
             health=read_health(spec.get("health", {})),
             lifecycle=Lifecycle(protect=spec.get("lifecycle", {}).get("protect", False)),

@@ -23,7 +23,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.adapters.hypervisor.images.baseimage import BaseImages, xml_of
+from reconciler.adapters.hypervisor.images.baseimage import BaseImages
+from reconciler.adapters.hypervisor.images.volumes import xml_of
 from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model.vm import base_marker_name, is_base_volume, vm_volumes
