@@ -32,9 +32,9 @@ from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.adapters.surface.probe import FakeProber, ProbeResult
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.parts import DaemonParts
-from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.model import Host
 from reconciler.model.settings import (
@@ -118,7 +118,7 @@ def build(root: Path) -> tuple[Daemon, FakeHypervisor]:
     def make_host(_: Host) -> FakeHypervisor:
         return host
 
-    engine = Engine(
+    engine = compose.engine(
         make_host,
         images=ImageCache(state / "images", allowed_file_dirs=(images,)),
         prober=prober,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from reconciler.engine.reconcile import Engine
+from reconciler.cli.compose import engine as Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import NotFoundError
 from reconciler.model import (

@@ -24,12 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from enginefakes import FakeImages, FakeProber
 
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.cli.serve import serve
 from reconciler.model import Host
+from reconciler.model.coordination import Holder
 from reconciler.model.settings import (
     CoordinationSettings,
     DaemonSettings,
@@ -37,6 +36,7 @@ from reconciler.model.settings import (
     ListenSettings,
     RepoSettings,
 )
+from reconciler.ports.hypervisor import Hypervisor
 
 MUTATING = {
     "ensure_image",

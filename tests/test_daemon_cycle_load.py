@@ -12,18 +12,18 @@ from enginefakes import FleetRepo
 from loadcount import count_loads
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.engine.cycle import source_cycle
 from reconciler.engine.leadership import Leadership
+from reconciler.model.coordination import Holder
 from reconciler.model.report import RunResult
 
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every load of a repo by the cycle, the engine or the leadership's fleet_id, by root."""
-    return count_loads(monkeypatch, "engine.reconcile", "engine.leadership")
+    return count_loads(monkeypatch)
 
 
 def daemon_cycle(world: FleetRepo) -> Any:

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 from daemonutil import FakeCycle, running, wait_until
 
-from reconciler.adapters.git.statuswriter import Published
-from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.engine.daemon import Daemon
 from reconciler.engine.parts import DaemonParts
 from reconciler.engine.runtime import Runtime
+from reconciler.model.checkout import Published
 from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings
+from reconciler.ports.surface import Endpoints
 
 
 @dataclass

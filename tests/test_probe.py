@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from reconciler.adapters.surface.probe import FakeProber, HttpProber, ProbeResult, probe
-from reconciler.engine.check import Prober
 from reconciler.model import HealthCheck
+from reconciler.ports.prober import Prober
 
 
 @dataclass

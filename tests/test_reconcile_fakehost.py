@@ -15,7 +15,7 @@ import pytest
 from enginefakes import FLEET, HOST, IMAGE_BYTES, PROXY, FakeImages, FakeProber, FakeTime
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
-from reconciler.engine.reconcile import Engine
+from reconciler.cli import compose
 from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState
 from reconciler.model.inventory import Capacity
@@ -33,7 +33,7 @@ class World:
         self.prober = FakeProber()
         self.numbers = itertools.count(10)  # one range for all hosts: every VM its own IP
         self.hosts = {name: self._host(name) for name in HOSTS}
-        self.engine = Engine(
+        self.engine = compose.engine(
             lambda host: self.hosts[host.name],
             images=FakeImages(),
             prober=self.prober,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
+from reconciler.adapters.coordination.fleetlock import this_process
 from reconciler.adapters.hypervisor.images.download import ImageCache
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
@@ -33,6 +33,7 @@ from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput, MissingDependency
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
+from reconciler.ports.locks import FleetLock, LockService
 
 if TYPE_CHECKING:  # libvirt loads only when a host is built
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost

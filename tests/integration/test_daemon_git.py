@@ -21,6 +21,7 @@ from reconciler.adapters.git.gitsource import GitSource
 from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.surface.httpapi import sign
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host
@@ -103,7 +104,7 @@ def build(remote: Remote, url: str, tmp_path: Path, repo: RepoSettings) -> Rig:
     def factory(h: Host) -> LocalFakeHost:
         return host
 
-    engine = Engine(
+    engine = compose.engine(
         factory, images=FakeImages(), prober=FakeProber(), runtime=FakeTime().runtime(stop)
     )
     metrics = Metrics()

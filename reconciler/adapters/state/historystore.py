@@ -20,7 +20,7 @@ import logging
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from reconciler.adapters.state import jsonfile
 from reconciler.model.history import Halt, History, VmRecord
@@ -33,19 +33,9 @@ MAX_BYTES = 8 * 1024 * 1024
 """A history file larger than this is not read (a fleet of thousands stays far below)."""
 
 
-class HistoryStore(Protocol):
-    def load(self) -> History:
-        """What the last run saved; an empty History when there is none. Never raises."""
-        ...
-
-    def save(self, history: History) -> None:
-        """Replace what is kept. Raises OSError when the state dir cannot be written."""
-        ...
-
-
 class MemoryHistoryStore:
-    """Keeps the history in this process only: for tests, and a one-off ``apply``
-    without a state dir."""
+    """The fake of the history seam (reconciler.ports.history): keeps it in this process
+    only: for tests, and a one-off ``apply`` without a state dir."""
 
     def __init__(self, history: History | None = None) -> None:
         self._history = history or History()
