@@ -60,3 +60,12 @@ def test_a_repo_past_the_engines_read_limits_is_stalled_after_one_bounded_load(
     assert any("larger than the limit of 100 bytes" in p for p in report.problems), report.problems
     assert loads == [tmp_path]
     assert world.mutating_calls() == [] and world.made == []
+
+
+def test_a_cycle_with_leadership_and_nothing_to_name_its_lock_is_refused_when_built(
+    tmp_path: Path,
+) -> None:
+    leadership = Leadership(FakeLocks(FakeLockBackend(), Holder("box", 100, "daemon")), poll=0.05)
+
+    with pytest.raises(ValueError, match="needs fleet, load or fleet_of"):
+        source_cycle(FakeSource(tmp_path), lambda root, rev: None, leadership=leadership)

@@ -73,7 +73,8 @@ def source_cycle(
     naming another fleet is Stalled by the engine's guard). ``load``: the
     engine's load; the repo is then read once per cycle and handed to the
     engine (without it, the engine loads it, and the lock's name costs a load
-    of its own: ``fleet_of``'s; with neither, the lock claimed is the last fleet id seen).
+    of its own: ``fleet_of``'s). With ``leadership``, one of ``fleet``, ``load`` and
+    ``fleet_of`` names the lock; none of them is a ValueError.
     """
     if leadership is not None and fleet is None and load is None and fleet_of is None:
         raise ValueError("a cycle with leadership needs fleet, load or fleet_of to name its lock")
