@@ -52,13 +52,13 @@ from benchmarks.common import (
     proxy_yaml,
     watch_note,
 )
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.plan.planner import plan
 from reconciler.engine.observe import observe
 from reconciler.model import Repo
 from reconciler.model.settings import LIBVIRT_TRANSPORTS, SshSettings
+from reconciler.ports.hypervisor import Hypervisor
 
 FLEET = "fleet"
 OURS = (f"pf-{FLEET}-",)

@@ -31,10 +31,10 @@ from reconciler.adapters.hypervisor.images.download import ImageCache
 from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
-from reconciler.adapters.surface.probe import FakeProber, ProbeResult
+from reconciler.adapters.surface.probe import FakeProber
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.parts import DaemonParts
-from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.model import Host
 from reconciler.model.settings import (
@@ -112,13 +112,13 @@ def build(root: Path) -> tuple[Daemon, FakeHypervisor]:
     state = root / "state"
     repo = RepoSettings(url=f"file://{bare}")
     host = FakeHypervisor("kvm-a")
-    prober = FakeProber(default=ProbeResult(ok=True, status=204))
+    prober = FakeProber()
     stop = threading.Event()
 
     def make_host(_: Host) -> FakeHypervisor:
         return host
 
-    engine = Engine(
+    engine = compose.engine(
         make_host,
         images=ImageCache(state / "images", allowed_file_dirs=(images,)),
         prober=prober,

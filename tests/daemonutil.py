@@ -12,16 +12,17 @@ from contextlib import contextmanager
 
 from reports import report
 
-from reconciler.adapters.git.statuswriter import StatusSink
 from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Cycle, Daemon
 from reconciler.engine.leadership import Leadership
-from reconciler.engine.parts import DaemonParts, Notifier
+from reconciler.engine.parts import DaemonParts
 from reconciler.engine.runtime import Progress, Runtime
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings
+from reconciler.ports.notifier import Notifier
+from reconciler.ports.status import StatusSink
 
 
 def real_daemon(

@@ -15,7 +15,7 @@ from pathlib import Path
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.engine.reconcile import Engine
+from reconciler.cli.compose import engine as Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.model import (
     CloudInit,

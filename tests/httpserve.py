@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reconciler.adapters.surface.httpapi import Endpoints, HttpApi
+from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.model.settings import ListenSettings
+from reconciler.ports.surface import Endpoints
 
 
 def main(metrics_bytes: int, nofile: int, fill: bool) -> int:

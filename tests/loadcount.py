@@ -11,15 +11,14 @@ from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.model import Repo
 
 
-def count_loads(monkeypatch: pytest.MonkeyPatch, *modules: str) -> list[Path]:
-    """The root of every load through ``load_repo_at`` as each of ``modules`` (under
-    ``reconciler.``) imported it, in order."""
+def count_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The root of every load through the composition root's loader (``compose.load``:
+    the engine's, ``apply``'s and the cycle's ``fleet_of``), in order."""
     seen: list[Path] = []
 
     def load(root: Path, **kwargs: Any) -> Repo:
         seen.append(root)
         return load_repo_at(root, **kwargs)
 
-    for module in modules:
-        monkeypatch.setattr(f"reconciler.{module}.load_repo_at", load)
+    monkeypatch.setattr("reconciler.cli.compose.load", load)
     return seen

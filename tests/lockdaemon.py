@@ -22,15 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.hypervisor.fakecalls import MUTATING
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
 from reconciler.cli.serve import serve
 from reconciler.model import Host
+from reconciler.model.coordination import Holder
 from reconciler.model.settings import (
     CoordinationSettings,
     DaemonSettings,
@@ -38,6 +37,7 @@ from reconciler.model.settings import (
     ListenSettings,
     RepoSettings,
 )
+from reconciler.ports.hypervisor import Hypervisor
 
 
 def main(config_file: Path) -> int:

@@ -13,10 +13,10 @@ from enginefakes import FLEET, HOST, PROXY, FakeTime
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.engine.endpoints import EndpointPublisher
-from reconciler.engine.reconcile import Engine
+from reconciler.cli import compose
 from reconciler.model.report import RunReport
 from reconciler.model.settings import ApplySettings
+from reconciler.ports.dns import EndpointPublisher
 
 HOSTS = ("kvm01", "kvm02")
 
@@ -29,7 +29,7 @@ class World:
         self.publisher = publisher
         numbers = itertools.count(10)
         self.hosts = {name: self._host(name, numbers) for name in HOSTS}
-        self.engine = Engine(
+        self.engine = compose.engine(
             lambda host: self.hosts[host.name],
             images=FakeImages(),
             prober=self.prober,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.cli import apply, build_parser
+from reconciler.cli import build_parser, compose
 from reconciler.cli.common import fleet_settings
 from reconciler.engine.runtime import Runtime
 from reconciler.model.settings import DaemonSettings, FleetSettings, RepoSettings
@@ -35,7 +35,7 @@ def test_apply_records_deletes_where_the_daemon_of_that_fleet_does(tmp_path: Pat
     lab = fleet_settings(several(tmp_path / "config"), "lab")
     args = build_parser().parse_args(["apply", "--state-dir", str(tmp_path / "flag")])
 
-    engine = apply.build_engine(args, lab, runtime=Runtime.interruptible(), fleets=True)
+    engine = compose.apply_engine(args, lab, runtime=Runtime.interruptible(), fleets=True)
     try:
         assert engine.guards.fleet == "lab"
         assert engine.guards.state_file == tmp_path / "flag" / "fleets" / "lab" / "deletes.json"

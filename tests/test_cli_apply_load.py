@@ -16,7 +16,7 @@ from reconciler.cli import main
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every load of a repo by apply or its engine, by root."""
-    return count_loads(monkeypatch, "cli.applyengine", "engine.reconcile", "engine.leadership")
+    return count_loads(monkeypatch)
 
 
 def repo(tmp_path: Path, files: dict[str, str]) -> Path:

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.cli import build_parser
 from reconciler.cli.common import take_lock
+from reconciler.model.coordination import Holder
 
 DAEMON = Holder("mgmt1", 812, "daemon")
 APPLY = Holder("laptop", 4242, "apply")

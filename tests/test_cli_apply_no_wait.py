@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.cli import apply, build_parser
+from reconciler.cli import build_parser, compose
 from reconciler.engine.runtime import Runtime
 from reconciler.model.settings import ApplySettings, DaemonSettings
 
 
 def engine_settings(tmp_path: Path, *flags: str) -> ApplySettings:
     args = build_parser().parse_args(["apply", "--state-dir", str(tmp_path), *flags])
-    engine = apply.build_engine(args, DaemonSettings(), runtime=Runtime.interruptible())
+    engine = compose.apply_engine(args, DaemonSettings(), runtime=Runtime.interruptible())
     try:
         return engine.settings
     finally:

@@ -12,18 +12,18 @@ from enginefakes import FleetRepo
 from loadcount import count_loads
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.engine.cycle import source_cycle
 from reconciler.engine.leadership import Leadership
+from reconciler.model.coordination import Holder
 from reconciler.model.report import RunResult
 
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every load of a repo by the cycle, the engine or the leadership's fleet_id, by root."""
-    return count_loads(monkeypatch, "engine.reconcile", "engine.leadership")
+    return count_loads(monkeypatch)
 
 
 def daemon_cycle(world: FleetRepo) -> Any:
@@ -60,3 +60,12 @@ def test_a_repo_past_the_engines_read_limits_is_stalled_after_one_bounded_load(
     assert any("larger than the limit of 100 bytes" in p for p in report.problems), report.problems
     assert loads == [tmp_path]
     assert world.mutating_calls() == [] and world.made == []
+
+
+def test_a_cycle_with_leadership_and_nothing_to_name_its_lock_is_refused_when_built(
+    tmp_path: Path,
+) -> None:
+    leadership = Leadership(FakeLocks(FakeLockBackend(), Holder("box", 100, "daemon")), poll=0.05)
+
+    with pytest.raises(ValueError, match="needs fleet, load or fleet_of"):
+        source_cycle(FakeSource(tmp_path), lambda root, rev: None, leadership=leadership)

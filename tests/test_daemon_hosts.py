@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reconciler.adapters.surface.metrics import Metrics
-from reconciler.cli import applyengine, build_parser, serve
+from reconciler.cli import build_parser, compose
 from reconciler.engine.runtime import Runtime
 from reconciler.model.settings import DaemonSettings, SshSettings
 
@@ -28,14 +28,16 @@ def test_the_daemon_builds_hosts_that_watch_and_apply_builds_hosts_that_do_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     daemon: list[dict[str, Any]] = []
-    monkeypatch.setattr(serve, "real_hosts", recording_factory(daemon))
+    monkeypatch.setattr(compose, "host_factory", recording_factory(daemon))
     settings = DaemonSettings(state_dir=tmp_path / "daemon")
-    engine = serve.build_engine(settings, Metrics(), threading.Event(), held=lambda: True)
+    engine = compose.daemon_engine(
+        settings, Metrics().observe_rpc, threading.Event(), held=lambda: True
+    )
     engine.close()
     one_shot: list[dict[str, Any]] = []
-    monkeypatch.setattr(applyengine, "host_factory", recording_factory(one_shot))
+    monkeypatch.setattr(compose, "host_factory", recording_factory(one_shot))
     args = build_parser().parse_args(["apply", "--state-dir", str(tmp_path / "apply")])
-    applyengine.build_engine(args, DaemonSettings(), runtime=Runtime.interruptible()).close()
+    compose.apply_engine(args, DaemonSettings(), runtime=Runtime.interruptible()).close()
 
     assert [kwargs.get("watch") for kwargs in daemon] == [True]
     assert [kwargs.get("watch", False) for kwargs in one_shot] == [False]

@@ -11,13 +11,14 @@ from enginefakes import FLEET, HOST, PROXY
 from reports import report
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.adapters.git.statuswriter import MemoryStatusSink
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.leadership import Leadership
+from reconciler.model.coordination import Holder
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
@@ -56,7 +57,7 @@ def box(name: str, backend: FakeLockBackend, repo: Path) -> Box:
     notify = RecordingNotify()
     daemon = real_daemon(
         DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0)),
-        source_cycle(FakeSource(repo), reconcile, leadership=leadership),
+        source_cycle(FakeSource(repo), reconcile, leadership=leadership, fleet_of=compose.fleet_of),
         metrics=metrics,
         status=status,
         notifier=notify,
@@ -178,7 +179,12 @@ def test_a_run_during_which_the_lock_went_writes_no_status(tmp_path: Path) -> No
     status = MemoryStatusSink()
     daemon = real_daemon(
         DaemonSettings(interval=3600, listen=ListenSettings("127.0.0.1", 0)),
-        source_cycle(FakeSource(fleet_repo(tmp_path)), reconcile, leadership=leadership),
+        source_cycle(
+            FakeSource(fleet_repo(tmp_path)),
+            reconcile,
+            leadership=leadership,
+            fleet_of=compose.fleet_of,
+        ),
         metrics=Metrics(),
         status=status,
         handle_signals=False,

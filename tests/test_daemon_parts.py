@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from daemonutil import FakeCycle, running, wait_until
 
 from reconciler.adapters.git.statuswriter import MemoryStatusSink
-from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.engine.daemon import Daemon
 from reconciler.engine.parts import DaemonParts
 from reconciler.engine.runtime import Runtime
 from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings
+from reconciler.ports.surface import Endpoints
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.state.historystore import FileHistoryStore
+from reconciler.cli import compose
 from reconciler.core.status import statusdoc
-from reconciler.engine.reconcile import Engine
 from reconciler.model import DomainState
 from reconciler.model.plan import Blocked, Replace, Start
 from reconciler.model.report import ActionResult, RunReport
@@ -198,7 +198,7 @@ def test_a_rollout_to_a_broken_spec_halts_after_its_first_batch_and_a_revert_rec
     assert set(before["web-1"]) < set(vms_of(world, "web-1"))
 
     # A restarted daemon (a new engine, the same state dir) remembers the halt.
-    world.engine = Engine(
+    world.engine = compose.engine(
         lambda host: world.hosts[host.name],
         images=world.engine.images,
         prober=world.prober,

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import (
     CloudInit,
@@ -20,6 +19,7 @@ from reconciler.model import (
     Owner,
 )
 from reconciler.model.vm import VmSpec
+from reconciler.ports.hypervisor import Hypervisor
 
 IMAGE = Image(key="debian", url="https://example.test/d.qcow2", sha256="a" * 64)
 CACHE = Path("/cache/debian")

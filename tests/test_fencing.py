@@ -9,14 +9,14 @@ import pytest
 from enginefakes import FLEET, HOST, PROXY, FakeTime
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
+from reconciler.cli import compose
 from reconciler.engine.fencing import FencedHost, fenced
-from reconciler.engine.reconcile import Engine
 from reconciler.errors import FencedError, PermanentError
 from reconciler.model import Image, ImageFormat, Owner
+from reconciler.model.coordination import Holder
 from reconciler.model.report import ActionResult
 from reconciler.model.settings import ApplySettings
 
@@ -81,7 +81,7 @@ def test_an_engine_whose_lock_is_lost_mid_run_makes_no_further_mutating_call(
             backend.lose("home")
 
     inner.on_call = lose_after_first_create
-    engine = Engine(
+    engine = compose.engine(
         fenced(lambda host: inner, lock.held),
         images=FakeImages(),
         prober=FakeProber(),

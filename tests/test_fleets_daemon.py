@@ -17,13 +17,14 @@ from reports import report
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
 from reconciler.adapters.coordination.fakering import FakeRing
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
+from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import source_cycle
 from reconciler.engine.fleets import FleetsDaemon
 from reconciler.engine.leadership import Leadership
+from reconciler.model.coordination import Holder
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
@@ -85,6 +86,7 @@ def box(name: str, backend: FakeLockBackend, owners: dict[str, str], tmp: Path) 
         surface=lambda endpoints: HttpApi(settings.listen, endpoints),
         stop=stop,
         poll=0.05,
+        notifier=SdNotify({}),
         handle_signals=False,
     )
     return Box(fleets, ring, reconciles)

@@ -12,6 +12,7 @@ from enginefakes import FleetRepo
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.probe import FakeProber
+from reconciler.cli import compose
 from reconciler.cli.common import guard_settings
 from reconciler.core.load.settings import parse_settings
 from reconciler.engine.daemon import source_cycle
@@ -23,7 +24,7 @@ from reconciler.model.settings import ApplySettings, GuardSettings
 
 def guarded(world: FleetRepo, **kw: object) -> Engine:
     """Give ``world`` an engine with guards (its fake hosts and time stay)."""
-    world.engine = Engine(
+    world.engine = compose.engine(
         world.factory,
         images=FakeImages(),
         prober=FakeProber(),
@@ -196,7 +197,7 @@ def test_the_engine_reads_the_repo_within_the_limits_it_was_given(tmp_path: Path
     from reconciler.core.load.repofiles import ReadLimits
 
     world = FleetRepo(tmp_path)
-    world.engine = Engine(
+    world.engine = compose.engine(
         world.factory,
         images=FakeImages(),
         prober=FakeProber(),

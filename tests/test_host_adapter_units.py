@@ -12,7 +12,6 @@ import libvirt
 import paramiko
 import pytest
 
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.images.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.adapters.hypervisor.observe.addresses import domain_addresses, usable_ipv4
@@ -28,6 +27,7 @@ from reconciler.adapters.hypervisor.transport.sshpaths import known_hosts_name
 from reconciler.errors import NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostNetwork, Image
 from reconciler.model.settings import SshSettings
+from reconciler.ports.hypervisor import Hypervisor
 
 
 def keygen(path: Path, *, passphrase: str = "") -> Path:

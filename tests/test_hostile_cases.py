@@ -26,9 +26,8 @@ from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.cli import main
+from reconciler.cli import compose, main
 from reconciler.engine.daemon import source_cycle
-from reconciler.engine.reconcile import Engine
 from reconciler.model import Host, Owner
 from reconciler.model.report import RunResult
 from reconciler.model.settings import DaemonSettings, GuardSettings, ListenSettings, RepoSettings
@@ -170,7 +169,7 @@ def test_a_daemon_cycle_stalls_on_the_hostile_repo_and_stays_up(case: Path, tmp_
         state_file=state / "deletes.json",
         allowed_file_dirs=(Path("/srv/proxyfleet-images"),),
     )
-    engine = Engine(
+    engine = compose.engine(
         make_host,  # type: ignore[arg-type]
         images=FakeImages(),  # type: ignore[arg-type]
         prober=FakeProber(),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.engine.leadership import Leadership
+from reconciler.model.coordination import Holder
 
 A = Holder("box-a", 101, "daemon")
 B = Holder("box-b", 202, "daemon")

@@ -9,9 +9,9 @@ import pytest
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
 from reconciler.adapters.coordination.fakering import FakeRing
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.engine.leadership import Leadership
 from reconciler.errors import FencedError
+from reconciler.model.coordination import Holder
 
 A = Holder("box-a", 101, "daemon")
 B = Holder("box-b", 202, "daemon")

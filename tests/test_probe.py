@@ -10,8 +10,8 @@ import pytest
 from proxystub import ProxyStub, serve_proxy
 
 from reconciler.adapters.surface.probe import FakeProber, HttpProber, ProbeResult, probe
-from reconciler.engine.check import Prober
 from reconciler.model import HealthCheck
+from reconciler.ports.prober import Prober
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from enginefakes import FLEET, HOST, PROXY, FakeTime
 from reconciler.adapters.hypervisor.fakehost import Call, FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import IMAGE_BYTES, FakeImages
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.engine.reconcile import Engine
+from reconciler.cli import compose
 from reconciler.errors import TransientError
 from reconciler.model import ActionKind, DomainState
 from reconciler.model.inventory import Capacity
@@ -35,7 +35,7 @@ class World:
         self.prober = FakeProber()
         self.numbers = itertools.count(10)  # one range for all hosts: every VM its own IP
         self.hosts = {name: self._host(name) for name in HOSTS}
-        self.engine = Engine(
+        self.engine = compose.engine(
             lambda host: self.hosts[host.name],
             images=FakeImages(),
             prober=self.prober,

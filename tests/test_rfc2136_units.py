@@ -15,7 +15,7 @@ from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.cli.serve import build_engine
+from reconciler.cli.compose import daemon_engine
 from reconciler.core.status.conditions import dns_published
 from reconciler.model.report import DnsResult, Health, Member
 from reconciler.model.settings import DaemonSettings, DnsSettings, TsigSettings
@@ -55,12 +55,12 @@ def test_an_unusable_key_is_a_failed_publish_that_names_no_secret(
 
 def test_the_daemon_publishes_only_with_a_dns_config(tmp_path: Path) -> None:
     def build(dns: DnsSettings | None) -> object:
-        engine = build_engine(
+        engine = daemon_engine(
             DaemonSettings(state_dir=tmp_path, dns=dns),
-            Metrics(),
+            Metrics().observe_rpc,
             threading.Event(),
             held=lambda: True,
-            host_factory=lambda host: FakeHypervisor(host.name),
+            hosts=lambda host: FakeHypervisor(host.name),
             images=FakeImages(),
             prober=FakeProber(),
         )

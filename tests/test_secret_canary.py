@@ -27,7 +27,7 @@ from reconciler.adapters.secrets.agesecrets import load_identity
 from reconciler.adapters.state.historystore import FileHistoryStore
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.probe import FakeProber
-from reconciler.cli import apply, build_parser, main
+from reconciler.cli import apply, build_parser, compose, main
 from reconciler.cli.logsetup import LogfmtFormatter
 from reconciler.core.load.inventory import dump_inventory
 from reconciler.core.load.secretrefs import SecretAccess
@@ -35,7 +35,6 @@ from reconciler.core.render.seediso import seed_files
 from reconciler.core.status import statusdoc
 from reconciler.core.status.statusmd import render_markdown
 from reconciler.engine.observe import observe
-from reconciler.engine.reconcile import Engine
 from reconciler.model.settings import ApplySettings
 
 PROXIES = """\
@@ -103,7 +102,7 @@ class Run:
             if shared
             else self.root / "proxies.yaml"
         )
-        self.engine = Engine(
+        self.engine = compose.engine(
             self.world.factory,
             images=FakeImages(),
             prober=FakeProber(),

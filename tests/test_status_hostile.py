@@ -12,9 +12,10 @@ from daemonutil import real_daemon, running, wait_until
 from gitutil import Remote, git, make_remote
 from reports import report
 
-from reconciler.adapters.git.statuswriter import GitStatusWriter, Published
+from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.core.status import statusdoc
+from reconciler.model.checkout import Published
 from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings, RepoSettings, StatusSettings
 

@@ -15,10 +15,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from reconciler.adapters.coordination.fleetlock import Holder, this_process
+from reconciler.adapters.coordination.fleetlock import this_process
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.coordination.toozurl import driver_url
 from reconciler.errors import CoordinationError
+from reconciler.model.coordination import Holder
 
 A = Holder("box-a", 101, "daemon")
 B = Holder("box-b", 202, "apply")
@@ -189,7 +190,7 @@ def test_the_holder_is_still_named_long_after_it_took_the_file_lock(tmp_path: Pa
 
 FRESH = """
 import socket, sys
-from reconciler.adapters.coordination.fleetlock import Holder
+from reconciler.model.coordination import Holder
 from reconciler.adapters.coordination.toozlock import ToozLocks
 from reconciler.errors import CoordinationError
 locks = ToozLocks(sys.argv[1], me=Holder("box-a", 101, "apply"), ttl=6)

@@ -6,8 +6,8 @@ import math
 
 from tooz import ToozError
 
-from reconciler.adapters.coordination.fleetlock import Holder
 from reconciler.adapters.coordination.toozlock import ToozFleetLock
+from reconciler.model.coordination import Holder
 
 ME = Holder("box-a", 101, "daemon")
 

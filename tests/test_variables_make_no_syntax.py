@@ -19,10 +19,10 @@ from secretutil import make_identity, write_secret
 from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.secrets.agesecrets import load_identity
 from reconciler.adapters.surface.probe import FakeProber
+from reconciler.cli import compose
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.variables import Values, substitute
 from reconciler.core.render.seediso import seed_iso
-from reconciler.engine.reconcile import Engine
 from reconciler.model.report import RunResult
 from reconciler.model.settings import ApplySettings
 
@@ -118,7 +118,7 @@ def cycle(tmp_path: Path, content: str, labels: str) -> tuple[RunResult, list[by
     (root / "proxies.yaml").write_text(PROXY.replace("LABELS", labels).replace("CONTENT", content))
     identity = tmp_path / "identity.txt"
     write_secret(root, "pw", CANARY + "\n", make_identity(identity))
-    engine = Engine(
+    engine = compose.engine(
         world.factory,
         images=FakeImages(),
         prober=FakeProber(),

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler.cli import exitcodes, savedplan
-from reconciler.cli.applyengine import Started, bars_wanted, build_engine, with_engine
+from reconciler.cli.applyengine import Started, bars_wanted, with_engine
 from reconciler.cli.applylock import add_lock_timeout_argument
 from reconciler.cli.common import (
     add_age_identity_argument,
@@ -58,7 +58,7 @@ from reconciler.model import Repo
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport
 
-__all__ = ["apply_with", "build_engine", "exit_code", "register", "run"]
+__all__ = ["apply_with", "exit_code", "register", "run"]
 
 if TYPE_CHECKING:
     from reconciler.adapters.git.fleetrevision import Standing

@@ -12,7 +12,6 @@ runs", and the engine and the lock closed after.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import signal
 import sys
@@ -22,21 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.adapters.repo.diskfiles import load_repo_at
+from reconciler.cli import compose
 from reconciler.cli.applylock import ApplyLock, LockRefused
 from reconciler.cli.common import (
     age_identity_file,
     config_error,
     daemon_settings,
     fleet_settings,
-    fleet_status,
-    guard_settings,
-    host_factory,
     identity_error,
-    image_cache,
     read_limits,
     secret_access,
-    ssh_settings,
     state_dir,
 )
 from reconciler.cli.gitrevision import start_revision
@@ -44,19 +38,16 @@ from reconciler.cli.logsetup import setup_logging
 from reconciler.cli.progress import show_progress_lines
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
-from reconciler.engine.check import Prober
-from reconciler.engine.executor import ImageSource
-from reconciler.engine.fencing import fenced
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import ConfigError, InvalidInput, MissingDependency
 from reconciler.model import Repo
-from reconciler.model.settings import ApplySettings, DaemonSettings
+from reconciler.model.settings import DaemonSettings
 
 EXIT_ERROR = 1
 BAR_INTERVAL = 0.5
 """Seconds between a download's progress events when a bar shows them."""
-LINE_INTERVAL = 5.0
+LINE_INTERVAL = compose.LINE_INTERVAL
 """Seconds between a download's progress lines otherwise."""
 
 
@@ -102,13 +93,14 @@ def with_engine(
             if read_limits(one) != limits:  # that fleet's entry reads its repo otherwise
                 repo = None
             try:
-                engine = build_engine(
+                engine = compose.apply_engine(
                     args,
                     one,
                     runtime=Runtime.interruptible(stop),
                     held=lock.held if lock is not None else None,
                     fleets=settings != one,
                     secrets=secrets,
+                    progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
                 )
             except MissingDependency as exc:
                 return config_error(exc)
@@ -126,56 +118,6 @@ def with_engine(
             lock.close()
 
 
-def build_engine(
-    args: argparse.Namespace,
-    settings: DaemonSettings,
-    *,
-    runtime: Runtime,
-    held: Callable[[], bool] | None = None,
-    fleets: bool = False,
-    secrets: SecretAccess | None = None,
-) -> Engine:
-    """The engine ``apply`` runs: live hosts over SSH, the local image cache, HTTP probes.
-
-    With ``held`` (the fleet lock's), every mutating host call is fenced by it.
-    ``fleets``: ``settings`` are one fleet's of a config listing several; its state dir
-    (``<stateDir>/fleets/<fleet>``, under ``--state-dir`` when given) is the daemon's.
-    """
-    from reconciler.adapters.state.historystore import FileHistoryStore
-    from reconciler.adapters.surface.probe import HttpProber
-
-    if fleets:  # --state-dir and PROXYFLEET_STATE_DIR name the base, as stateDir does
-        state = state_dir(args, settings.state_dir.parent.parent) / "fleets" / str(settings.fleet)
-    else:
-        state = state_dir(args, settings.state_dir)
-    images: ImageSource = image_cache(
-        settings,
-        state,
-        progress_interval=BAR_INTERVAL if bars_wanted(args) else LINE_INTERVAL,
-    )
-    prober: Prober = HttpProber()
-    apply = ApplySettings(
-        per_host_concurrency=settings.concurrency.per_host,
-        delete_concurrency=settings.concurrency.deletes_per_host,
-        replace_timeout=settings.replace_timeout,
-    )
-    if getattr(args, "no_wait", False):
-        apply = dataclasses.replace(apply, ip_wait_timeout=0.0)
-    hosts = host_factory(ssh_settings(args, settings.ssh), fleet=settings.fleet)
-    return Engine(
-        fenced(hosts, held) if held is not None else hosts,
-        images=images,
-        prober=prober,
-        settings=apply,
-        runtime=runtime,
-        history=FileHistoryStore(state / "history.json"),
-        guards=guard_settings(settings, state),
-        read_limits=read_limits(settings),
-        secrets=secrets,
-        last_status=fleet_status(settings),
-    )
-
-
 def bars_wanted(args: argparse.Namespace) -> bool:
     """Progress bars while applying: on a terminal, unless the output is JSON."""
     return sys.stdout.isatty() and not getattr(args, "json", False)
@@ -186,7 +128,7 @@ def _loaded(root: Path, limits: ReadLimits, secrets: SecretAccess) -> Repo | Non
     when it does not load (``Engine.prepare`` loads it again and reports every problem, and
     a repo that does not load is never acted on, so it needs no lock)."""
     try:
-        return load_repo_at(root, limits=limits, secrets=secrets)
+        return compose.load(root, limits=limits, secrets=secrets)
     except InvalidInput:
         return None
 

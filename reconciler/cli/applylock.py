@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, LockService
 from reconciler.cli.common import config_error, lock_service, take_lock
 from reconciler.core.load import durations
 from reconciler.errors import ConfigError
 from reconciler.model.settings import DaemonSettings
+from reconciler.ports.locks import FleetLock, LockService
 
 
 def add_lock_timeout_argument(parser: argparse.ArgumentParser) -> None:

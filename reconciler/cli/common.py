@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, LockService, this_process
+from reconciler.adapters.coordination.fleetlock import this_process
 from reconciler.adapters.hypervisor.images.download import ImageCache
 from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
@@ -34,11 +34,12 @@ from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, CoordinationError, InvalidInput, MissingDependency
 from reconciler.model import Host, Repo
 from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
+from reconciler.ports.locks import FleetLock, LockService
 
 if TYPE_CHECKING:  # libvirt loads only when a host is built
     from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
     from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
-    from reconciler.engine.reconcile import LastStatus
+    from reconciler.ports.status import StatusReader
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -228,7 +229,7 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
     )
 
 
-def fleet_status(settings: DaemonSettings, *, daemon: bool = False) -> LastStatus | None:
+def fleet_status(settings: DaemonSettings, *, daemon: bool = False) -> StatusReader | None:
     """Where the engine reads the fleet's last status (the removed-host guard): the status
     branch the daemon config names, fetched into the checkout with the operator's git, or
     (``daemon``) with the daemon's key and credentials; None: the daemon writes none."""

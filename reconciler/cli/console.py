@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from reconciler.adapters.hypervisor.console.stream import ConsoleStream
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
@@ -53,6 +52,7 @@ from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, HostError
 from reconciler.model import DomainState, Inventory
 from reconciler.model.settings import ApplySettings
+from reconciler.ports.hypervisor import Hypervisor
 
 ESCAPE = b"\x1d"
 """Ctrl-]: ends the session, as in ``virsh console``."""

@@ -46,11 +46,11 @@ from reconciler.cli.common import (
 from reconciler.cli.globalflags import say as progress_line
 from reconciler.cli.inventory import configure_logging
 from reconciler.core.naming import resolve_image
-from reconciler.engine.observe import ImageSizes
 from reconciler.errors import ConfigError
 from reconciler.model import Firmware, Host, Image, Repo
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import base_volume_name
+from reconciler.ports.images import ImageSizes
 
 if TYPE_CHECKING:
     from reconciler.adapters.hypervisor.hostcheck.check import BaseNeed, HostReport, Need

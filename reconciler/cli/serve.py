@@ -6,93 +6,34 @@ so that no other command pays for importing them."""
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import threading
-from collections.abc import Callable
 
-from reconciler.adapters.coordination.fleetlock import LockService, this_process
-from reconciler.adapters.coordination.fleetring import FleetRing
-from reconciler.adapters.git.gitsource import GitSource
-from reconciler.adapters.git.statuswriter import GitStatusWriter
 from reconciler.adapters.surface.controlsocket import ControlServer, socket_path
-from reconciler.adapters.surface.httpapi import HttpApi
 from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
-from reconciler.adapters.surface.notify import SdNotify
+from reconciler.cli import compose
 from reconciler.cli.common import (
     config_error,
-    fleet_status,
-    guard_settings,
     lock_service,
-    read_limits,
     secret_access,
 )
-from reconciler.cli.common import host_factory as real_hosts
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.settings import load_settings
-from reconciler.engine.check import Prober
 from reconciler.engine.control import Control
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
-from reconciler.engine.executor import ImageSource
-from reconciler.engine.fencing import Fence, fenced
 from reconciler.engine.fleets import FleetsDaemon
 from reconciler.engine.leadership import Leadership
 from reconciler.engine.parts import DaemonParts
 from reconciler.engine.pool import HostFactory
 from reconciler.engine.reconcile import Engine
-from reconciler.engine.runtime import Runtime
 from reconciler.errors import ConfigError
-from reconciler.model.settings import ApplySettings, DaemonSettings
-
-
-def build_engine(
-    settings: DaemonSettings,
-    metrics: Metrics,
-    stop: threading.Event,
-    *,
-    held: Fence | Callable[[], bool],
-    host_factory: HostFactory | None = None,
-    images: ImageSource | None = None,
-    prober: Prober | None = None,
-    secrets: SecretAccess | None = None,
-) -> Engine:
-    """The engine, kept across cycles: real hosts (libvirt call timings go to ``metrics``)
-    unless a factory is given, each fenced by ``held`` (the fleet lock)."""
-    from reconciler.adapters.dns.rfc2136 import Rfc2136Publisher
-    from reconciler.adapters.hypervisor.images.download import ImageCache
-    from reconciler.adapters.state.historystore import FileHistoryStore
-    from reconciler.adapters.surface.probe import HttpProber
-
-    if host_factory is None:
-        host_factory = real_hosts(
-            settings.ssh, fleet=settings.fleet, observer=metrics.observe_rpc, watch=True
-        )
-    return Engine(
-        fenced(host_factory, held),
-        images=images
-        if images is not None
-        else ImageCache(
-            settings.state_dir / "images",
-            allowed_file_dirs=settings.images.allow_file_dirs,
-            max_bytes=settings.images.max_bytes,
-        ),
-        prober=prober if prober is not None else HttpProber(),
-        settings=ApplySettings(
-            per_host_concurrency=settings.concurrency.per_host,
-            delete_concurrency=settings.concurrency.deletes_per_host,
-            replace_timeout=settings.replace_timeout,
-            ip_wait_timeout=0.0,  # a run never waits for a boot: follow-up runs look again
-        ),
-        runtime=Runtime.interruptible(stop),
-        history=FileHistoryStore(settings.state_dir / "history.json"),
-        guards=guard_settings(settings, settings.state_dir),
-        read_limits=read_limits(settings),
-        secrets=secrets,
-        endpoints=Rfc2136Publisher(settings.dns) if settings.dns is not None else None,
-        last_status=fleet_status(settings, daemon=True),
-    )
-
+from reconciler.model.settings import DaemonSettings
+from reconciler.ports.images import ImageSource
+from reconciler.ports.locks import LockService
+from reconciler.ports.notifier import Notifier
+from reconciler.ports.prober import Prober
+from reconciler.ports.ring import FleetRing
 
 SWITCH_INTERVAL = 0.001
 """Seconds a thread may hold the GIL while another waits for it (Python's default 0.005).
@@ -121,7 +62,7 @@ def serve(
     host_factory: HostFactory | None = None,
     images: ImageSource | None = None,
     prober: Prober | None = None,
-    notifier: SdNotify | None = None,
+    notifier: Notifier | None = None,
     ring: FleetRing | None = None,
     secrets: SecretAccess | None = None,
 ) -> int:
@@ -134,7 +75,7 @@ def serve(
     """
     stop = threading.Event()
     fleets = settings.per_fleet()
-    ring = ring if ring is not None or not settings.fleets else fleet_ring(settings)
+    ring = ring if ring is not None or not settings.fleets else compose.fleet_ring(settings)
     parts: dict[str, tuple[Daemon, Engine, Metrics]] = {}
     try:
         for one in fleets:
@@ -158,10 +99,10 @@ def serve(
                 {fleet: daemon for fleet, (daemon, _, _) in parts.items()},
                 ring=ring,
                 metrics=FleetMetrics({fleet: m for fleet, (_, _, m) in parts.items()}),
-                surface=lambda endpoints: HttpApi(settings.listen, endpoints),
+                surface=compose.surface(settings),
                 stop=stop,
                 poll=settings.coordination.poll,
-                notifier=notifier if notifier is not None else SdNotify(),
+                notifier=notifier if notifier is not None else compose.notifier(),
             )
     except OSError as exc:
         print(f"proxyfleet run: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
@@ -222,21 +163,6 @@ def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> 
     )
 
 
-def fleet_ring(settings: DaemonSettings) -> FleetRing:
-    """The ring of the config's coordination service over the fleets it lists."""
-    from reconciler.adapters.coordination.toozlock import default_url
-    from reconciler.adapters.coordination.toozring import ToozRing  # tooz loads only here
-
-    coordination = settings.coordination
-    return ToozRing(
-        coordination.url or default_url(settings.state_dir),
-        member=coordination.member or socket.gethostname(),
-        fleets=[entry.fleet for entry in settings.fleets],
-        me=this_process("daemon"),
-        ttl=coordination.ttl,
-    )
-
-
 def fleet_daemon(
     settings: DaemonSettings,
     locks: LockService,
@@ -246,7 +172,7 @@ def fleet_daemon(
     host_factory: HostFactory | None,
     images: ImageSource | None,
     prober: Prober | None,
-    notifier: SdNotify | None,
+    notifier: Notifier | None,
     secrets: SecretAccess | None = None,
 ) -> tuple[Daemon, Engine, Metrics]:
     """One fleet's daemon: its source, lock, engine, status and metrics. ``ring`` set: one
@@ -262,24 +188,18 @@ def fleet_daemon(
     )
     if ring is not None and settings.fleet is not None:
         metrics.leading(settings.fleet, False)  # exported from the start: the no-leader alert
-    source = ObservedSource(
-        GitSource(settings.repo, settings.state_dir / "repo"), metrics.source_result
-    )
-    engine = build_engine(
+    source = ObservedSource(compose.source(settings), metrics.source_result)
+    engine = compose.daemon_engine(
         settings,
-        metrics,
+        metrics.observe_rpc,
         stop,
         held=leadership.fence,
-        host_factory=host_factory,
+        hosts=host_factory,
         images=images,
         prober=prober,
         secrets=secrets,
     )
-    status = (
-        GitStatusWriter(settings.repo, settings.status, settings.state_dir / "status")
-        if settings.status.enabled
-        else None
-    )
+    status = compose.status_sink(settings)
     cycle = source_cycle(
         source,
         lambda root, rev, *, loaded: engine.reconcile_once(root, revision=rev, loaded=loaded),
@@ -290,12 +210,8 @@ def fleet_daemon(
     try:
         parts = DaemonParts(
             metrics=metrics,
-            surface=(lambda endpoints: HttpApi(settings.listen, endpoints))
-            if ring is None
-            else None,
-            notifier=notifier
-            if notifier is not None
-            else (SdNotify() if ring is None else SdNotify({})),
+            surface=compose.surface(settings) if ring is None else None,
+            notifier=notifier if notifier is not None else compose.notifier(systemd=ring is None),
             status=status,
             leadership=leadership,
         )

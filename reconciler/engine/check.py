@@ -21,9 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol
 
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.status.targets import Target
 from reconciler.core.status.targets import targets as find_targets
 from reconciler.engine.runtime import Runtime
@@ -32,30 +30,12 @@ from reconciler.logfields import carry
 from reconciler.model import Inventory, Plan, Repo, fleet
 from reconciler.model.report import ActionOutcome, Health, ProxyState, ProxyStatus
 from reconciler.model.settings import ApplySettings
+from reconciler.ports.hypervisor import Hypervisor
+from reconciler.ports.prober import Prober
 from reconciler.progress import ProgressEvent
 from reconciler.progress import emit as emit_progress
 
 log = logging.getLogger(__name__)
-
-
-class ProbeOutcome(Protocol):
-    """What a probe says: healthy or not, and why in one sentence."""
-
-    @property
-    def healthy(self) -> bool: ...
-
-    @property
-    def detail(self) -> str: ...
-
-
-class Prober(Protocol):
-    """Sends one request through the proxy at ``ip`` as ``health`` describes: the one
-    probing seam (``HttpProber`` and ``FakeProber`` in reconciler.adapters.surface.probe)."""
-
-    def probe(self, ip: str, health: fleet.HealthCheck) -> ProbeOutcome:
-        """Never raises for network failures. Cost: one TCP connection, at most
-        ``health.timeout_seconds`` in all."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

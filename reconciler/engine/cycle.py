@@ -30,13 +30,14 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.git.source import Checkout, Source
 from reconciler.core.status.conditions import head_refused, stalled
-from reconciler.engine.leadership import Leadership, fleet_id
+from reconciler.engine.leadership import Leadership
 from reconciler.engine.runtime import utc_now
 from reconciler.errors import InvalidInput, SourceError
 from reconciler.model import ActionKind, Repo
+from reconciler.model.checkout import Checkout
 from reconciler.model.report import RunReport, RunResult
+from reconciler.ports.source import Source
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ None: this daemon stands by (another one leads the fleet) and did nothing."""
 Load = Callable[[Path], Repo]
 """The repo at a directory, loaded with the engine's read limits and secrets; raises
 InvalidInput (``Engine.load``)."""
+
+FleetOf = Callable[[Path], str | None]
+"""The fleet id of the repo at a directory, None when it does not load (``fleet_id``
+over the composition root's loader)."""
 
 Reconcile = Callable[..., RunReport]
 """The engine: ``(root, revision)``, and with a ``load`` given to the cycle, ``loaded=`` the
@@ -61,6 +66,7 @@ def source_cycle(
     leadership: Leadership | None = None,
     fleet: str | None = None,
     load: Load | None = None,
+    fleet_of: FleetOf | None = None,
 ) -> Cycle:
     """The cycle the daemon runs (the module docstring says what it does).
 
@@ -72,8 +78,11 @@ def source_cycle(
     naming another fleet is Stalled by the engine's guard). ``load``: the
     engine's load; the repo is then read once per cycle and handed to the
     engine (without it, the engine loads it, and the lock's name costs a load
-    of its own).
+    of its own: ``fleet_of``'s). With ``leadership``, one of ``fleet``, ``load`` and
+    ``fleet_of`` names the lock; none of them is a ValueError.
     """
+    if leadership is not None and fleet is None and load is None and fleet_of is None:
+        raise ValueError("a cycle with leadership needs fleet, load or fleet_of to name its lock")
     accepted: list[Checkout] = []  # the last checkout the source gave, in this process
     good: list[tuple[str, Repo]] = []  # the last revision the engine accepted, as loaded
 
@@ -105,7 +114,7 @@ def source_cycle(
                 loaded = exc
         # 3. Claim the fleet: its id is the lock's name.
         if leadership is not None:
-            claimed = fleet or _fleet_name(checkout.root, loaded, load) or leadership.fleet
+            claimed = fleet or _fleet_name(checkout.root, loaded, fleet_of) or leadership.fleet
             if claimed is not None and not leadership.claim(claimed):
                 return None
         # 4. Guards, observe, plan, act, fold history, report: the engine.
@@ -200,12 +209,14 @@ def rollback_warning(checkout: Checkout, report: RunReport) -> str:
     return f"{head}; its plan deletes {len(deletes)} VM(s): {listed}."
 
 
-def _fleet_name(root: Path, loaded: Repo | InvalidInput | None, load: Load | None) -> str | None:
-    """The fleet id of the repo the cycle loaded; loaded here only without the engine's
-    ``load`` (None: the repo does not load, and is never acted on, so needs no lock)."""
+def _fleet_name(
+    root: Path, loaded: Repo | InvalidInput | None, fleet_of: FleetOf | None
+) -> str | None:
+    """The fleet id of the repo the cycle loaded; asked of ``fleet_of`` only when the cycle
+    did not load it (None: the repo does not load, and is never acted on, so needs no lock)."""
     if isinstance(loaded, Repo):
         return loaded.fleet.name
-    return fleet_id(root) if load is None else None
+    return fleet_of(root) if loaded is None and fleet_of is not None else None
 
 
 def source_stalled(

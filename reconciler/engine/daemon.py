@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from reconciler.adapters.git.source import Checkout, Source
 from reconciler.core.status.conditions import run_failed
 from reconciler.engine.control import Finished, RunBoard
 from reconciler.engine.cycle import Cycle
@@ -33,8 +32,10 @@ from reconciler.engine.steps import relay_to
 from reconciler.engine.triggers import IntervalSchedule, RepoWatcher, TriggerQueue, install_signals
 from reconciler.errors import SourceError
 from reconciler.logfields import start_run
+from reconciler.model.checkout import Checkout
 from reconciler.model.report import RunReport, RunResult
 from reconciler.model.settings import DaemonSettings
+from reconciler.ports.source import Source
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,6 @@
 """The report step's endpoints: the proxies' DNS names, published after each run.
 
-``EndpointPublisher`` is the seam: the RFC 2136 adapter
-(reconciler.adapters.dns.rfc2136) in production, ``FakePublisher``
-(reconciler.adapters.dns.fakepublisher) in unit tests. The engine hands it the repo's
+``EndpointPublisher`` (reconciler.ports.dns) is the seam. The engine hands it the repo's
 proxies as the run left them; what the server made of it becomes the report's ``dns``
 and its DnsPublished condition; ``sd_targets`` is what ``GET /sd/proxies`` serves
 (Prometheus HTTP service discovery). A DNS server that is down or refuses is a False
@@ -14,23 +12,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from reconciler.core.endpoints.records import Member, members
+from reconciler.core.endpoints.records import members
 from reconciler.core.endpoints.targets import http_sd
 from reconciler.core.status.conditions import dns_published
 from reconciler.model import Repo
 from reconciler.model.report import DnsOutcome, DnsResult, RunReport
+from reconciler.ports.dns import EndpointPublisher
 
 log = logging.getLogger(__name__)
-
-
-class EndpointPublisher(Protocol):
-    def publish(self, fleet: str, members: Sequence[Member]) -> DnsOutcome:
-        """Make the server hold the names ``members`` imply for ``fleet``. Never raises for
-        the server's or the network's failures (they are a FAILED outcome). Cost: one
-        zone transfer and at most one update, each bounded by the adapter's timeout."""
-        ...
 
 
 def publish(publisher: EndpointPublisher | None, repo: Repo, report: RunReport) -> RunReport:

@@ -39,18 +39,15 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.engine.check import Prober, check_vm
-from reconciler.engine.observe import ImageSizes
+from reconciler.engine.check import check_vm
 from reconciler.engine.once import OncePerRun
 from reconciler.engine.retry import Attempts, call_with_retry
 from reconciler.engine.runtime import Runtime
 from reconciler.errors import HostError, NotFoundError
 from reconciler.logfields import about, carry
-from reconciler.model import Action, Image, Plan
+from reconciler.model import Action, Plan
 from reconciler.model.plan import (
     MUTATING,
     Cleanup,
@@ -63,27 +60,13 @@ from reconciler.model.plan import (
 )
 from reconciler.model.report import ActionOutcome, ActionResult, Health
 from reconciler.model.settings import ApplySettings
+from reconciler.ports.hypervisor import Hypervisor
+from reconciler.ports.images import ImageSource
+from reconciler.ports.prober import Prober
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class FetchedImage(Protocol):
-    """A base image in the local cache, its checksum verified while downloading."""
-
-    @property
-    def path(self) -> Path: ...
-
-    @property
-    def sha256(self) -> str: ...
-
-
-class ImageSource(ImageSizes, Protocol):
-    """The local image cache (reconciler.adapters.hypervisor.images.download.ImageCache): ``fetch``
-    here, ``size`` before planning (reconciler.engine.observe)."""
-
-    def fetch(self, image: Image) -> FetchedImage: ...
 
 
 class ActionFailed(Exception):

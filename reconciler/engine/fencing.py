@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.engine.pool import HostFactory
 from reconciler.errors import FencedError
 from reconciler.model import Host, HostInventory, Image, Owner
 from reconciler.model.vm import VmSpec
+from reconciler.ports.hypervisor import Hypervisor
 
 Held = Callable[[], bool]
 """True while this process holds the fleet's lock (``FleetLock.held``)."""

@@ -8,7 +8,7 @@ for all fleets), signals (SIGHUP: every fleet runs; SIGTERM: every loop stops),
 systemd's notifications and watchdog, and the fleet ring's refresher.
 
 The refresher renews this daemon's place on the ring every ``poll`` seconds and reads
-who owns which fleet (adapters.coordination.fleetring). Each fleet's leadership watcher reads that
+who owns which fleet (reconciler.ports.ring). Each fleet's leadership watcher reads that
 view at its own poll and takes, keeps, hands over or leaves the fleet's lock
 (core.assignment); a fleet that comes to this daemon is reconciled at once.
 """
@@ -20,14 +20,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from reconciler.adapters.coordination.fleetring import FleetRing
-from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Daemon
 from reconciler.engine.endpoints import sd_targets
-from reconciler.engine.parts import Exposition, Notifier, SurfaceFactory, endpoints, start_watchdog
+from reconciler.engine.parts import endpoints, start_watchdog
 from reconciler.engine.triggers import TriggerQueue, install_signals
 from reconciler.errors import CoordinationError
 from reconciler.model.settings import DaemonSettings
+from reconciler.ports.metrics import Exposition
+from reconciler.ports.notifier import Notifier
+from reconciler.ports.ring import FleetRing
+from reconciler.ports.surface import SurfaceFactory
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class FleetsDaemon:
         surface: SurfaceFactory,
         stop: threading.Event,
         poll: float,
-        notifier: Notifier | None = None,
+        notifier: Notifier,
         handle_signals: bool = True,
     ) -> None:
         self.settings = settings
@@ -67,7 +69,7 @@ class FleetsDaemon:
         self.stop = stop
         self.poll = poll
         self.triggers = FanOut([d.triggers for d in self.daemons.values()])
-        self._notifier: Notifier = notifier if notifier is not None else SdNotify({})
+        self._notifier = notifier
         self._handle_signals = handle_signals
         self._ring_trouble = ""
         self.http = surface(

@@ -10,7 +10,7 @@ once it has it, asks for a run at once, so that a leader that died is
 replaced within the lock's TTL plus one poll.
 
 With a fleet ring (several fleets spread over several daemons,
-adapters.coordination.fleetring), each poll first asks whether the ring gives the fleet to
+reconciler.ports.ring), each poll first asks whether the ring gives the fleet to
 this daemon and follows the step reconciler.core.assignment names: a daemon
 takes the lock only of a fleet assigned to it, and hands over one that is
 assigned elsewhere (fence closed, calls in flight awaited, lock released), so
@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, LockService
-from reconciler.adapters.coordination.fleetring import FleetRing
-from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.assignment import Step, owned, step
 from reconciler.engine.fencing import Fence
 from reconciler.errors import CoordinationError, InvalidInput
+from reconciler.ports.locks import FleetLock, LockService
+from reconciler.ports.repoloader import RepoLoader
+from reconciler.ports.ring import FleetRing
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,14 @@ HOLDER_REFRESH = 10.0
 """Seconds between looks at who holds the lock while standing by (one round trip each)."""
 
 
-def fleet_id(root: Path) -> str | None:
-    """The fleet id (the lock's name) of the repo at ``root``; None when the repo does not load.
+def fleet_id(root: Path, load: RepoLoader) -> str | None:
+    """The fleet id (the lock's name) of the repo at ``root`` as ``load`` reads it; None when
+    the repo does not load.
 
     A repo that does not load is never acted on, so it needs no lock.
     """
     try:
-        return load_repo_at(root).fleet.name
+        return load(root).fleet.name
     except InvalidInput:
         return None
 

@@ -20,15 +20,15 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.core.plan.capacity import unsized_bases
 from reconciler.errors import HostError
-from reconciler.model import Fleet, HostInventory, HostState, Image, Inventory, Repo
+from reconciler.model import Fleet, HostInventory, HostState, Inventory, Repo
 from reconciler.model.inventory import BaseSize
 from reconciler.model.report import HostStatus
 from reconciler.model.vm import base_volume_name
+from reconciler.ports.hypervisor import Hypervisor
+from reconciler.ports.images import ImageSizes
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +92,6 @@ def observe(
     return Observation(
         inventory=Inventory(hosts=tuple(inventories)), hosts=statuses, fleet=fleet.name
     )
-
-
-class ImageSizes(Protocol):
-    """Where image sizes come from: the local image cache (``ImageCache.size``)."""
-
-    def size(self, image: Image) -> int | None:
-        """Bytes of ``image`` without downloading it; None when not known. Cost: a stat
-        when cached, else one HEAD request (or a stat of a ``file://`` image)."""
 
 
 def size_bases(repo: Repo, observation: Observation, images: ImageSizes) -> Observation:

@@ -2,10 +2,9 @@
 
 ``Daemon`` takes a ``DaemonParts``: the metrics sink, the HTTP surface (built
 from the routes the daemon answers), the service manager notifier, the status
-sink and the fleet's leadership. The real ones are ``Metrics``, ``HttpApi``,
-``SdNotify``, ``GitStatusWriter`` (reconciler.adapters.surface / .git) and
-``Leadership``; ``reconciler.cli.serve`` wires them. Time, chance, the stop
-flag and the engine's progress come through ``Runtime``. ``endpoints``,
+sink (their seams: reconciler.ports.metrics, .surface, .notifier, .status) and the
+fleet's leadership; the composition root (reconciler.cli.compose) builds the real
+ones. Time, chance, the stop flag and the engine's progress come through ``Runtime``. ``endpoints``,
 ``start_watchdog`` and ``webhook_secret`` serve a ``Daemon`` and a
 ``FleetsDaemon`` (several fleets, one process) alike.
 """
@@ -17,71 +16,17 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from reconciler.adapters.git.statuswriter import StatusSink
-from reconciler.adapters.surface.httpapi import Endpoints
 from reconciler.engine.leadership import Leadership
 from reconciler.engine.triggers import TriggerQueue
-from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings
+from reconciler.ports.metrics import Exposition, MetricsSink
+from reconciler.ports.notifier import Notifier
+from reconciler.ports.status import StatusSink
+from reconciler.ports.surface import Endpoints, SurfaceFactory
 
 log = logging.getLogger(__name__)
-
-
-class Exposition(Protocol):
-    """What ``GET /metrics`` serves."""
-
-    @property
-    def content_type(self) -> str:
-        """The media type of ``exposition``."""
-        ...
-
-    def exposition(self) -> bytes:
-        """The current figures, as ``content_type``."""
-        ...
-
-
-class MetricsSink(Exposition, Protocol):
-    """Where each cycle's figures go, and what ``GET /metrics`` serves."""
-
-    def record(self, report: RunReport) -> None:
-        """Once per cycle, with its report."""
-        ...
-
-    def report_failed(self, stage: str) -> None:
-        """Count a failure to record (``metrics``) or publish (``status``) a report."""
-        ...
-
-
-class Surface(Protocol):
-    """The daemon's listener: serving from ``start`` until ``stop``."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-SurfaceFactory = Callable[[Endpoints], Surface]
-"""Builds the listener for the routes the daemon answers (it owns health and the hook)."""
-
-
-class Notifier(Protocol):
-    """The service manager (systemd's sd_notify): readiness, status text, the watchdog.
-    Every call returns whether it was delivered; none raises."""
-
-    @property
-    def watchdog_interval(self) -> float | None:
-        """Seconds between watchdog pings; None: no watchdog."""
-        ...
-
-    def ready(self, status: str = "") -> bool: ...
-
-    def status(self, text: str) -> bool: ...
-
-    def watchdog(self) -> bool: ...
-
-    def stopping(self, status: str = "") -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.model import Host
+from reconciler.ports.hypervisor import Hypervisor
 
 log = logging.getLogger(__name__)
 

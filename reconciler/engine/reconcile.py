@@ -10,8 +10,9 @@ its traceback.
 
 ``Engine`` holds what lives across cycles: one connection per host
 (``HostPool``), the image cache, the prober, what earlier runs saw (the
-history store: crash loops, failing probes, a halted rollout), settings and
-the runtime.
+history store: crash loops, failing probes, a halted rollout), the repo loader,
+the image URL rule, settings and the runtime. Each is a seam (reconciler.ports);
+the composition root (reconciler.cli.compose) hands the real ones in.
 ``prepare`` and ``finish`` split a cycle where ``apply`` asks the operator.
 """
 
@@ -24,12 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from reconciler.adapters.hypervisor.host import Hypervisor
-from reconciler.adapters.hypervisor.images.imageurls import check_url
-from reconciler.adapters.repo.diskfiles import load_repo_at
-from reconciler.adapters.state.historystore import HistoryStore, MemoryHistoryStore
 from reconciler.core.load.loadmemo import LoadMemo
 from reconciler.core.load.repofiles import ReadLimits
 from reconciler.core.load.secretrefs import SecretAccess
@@ -39,9 +35,9 @@ from reconciler.core.status.conditions import after_plan, day2, run_failed, stal
 from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
 from reconciler.core.status.settling import settling
-from reconciler.engine.check import Prober, check_proxies
-from reconciler.engine.endpoints import EndpointPublisher, publish
-from reconciler.engine.executor import Executor, ImageSource
+from reconciler.engine.check import check_proxies
+from reconciler.engine.endpoints import publish
+from reconciler.engine.executor import Executor
 from reconciler.engine.guards import (
     DeleteWindow,
     check_identity,
@@ -66,12 +62,16 @@ from reconciler.model.report import (
     RunResult,
 )
 from reconciler.model.settings import ApplySettings, GuardSettings
+from reconciler.ports.dns import EndpointPublisher
+from reconciler.ports.history import HistoryStore
+from reconciler.ports.hypervisor import Hypervisor
+from reconciler.ports.images import ImageSource
+from reconciler.ports.imageurls import UrlCheck, UrlRule
+from reconciler.ports.prober import Prober
+from reconciler.ports.repoloader import RepoLoader
+from reconciler.ports.status import StatusReader
 
 log = logging.getLogger(__name__)
-
-LastStatus = Callable[[Path], Mapping[str, Any] | None]
-"""The fleet's last status document as the checkout at a directory can fetch it
-(reconciler.adapters.git.fleetrevision.last_status); None when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +97,27 @@ class Engine:
         *,
         images: ImageSource,
         prober: Prober,
+        history: HistoryStore,
+        loader: RepoLoader,
+        url_rule: UrlRule | None = None,
         settings: ApplySettings | None = None,
         runtime: Runtime | None = None,
-        history: HistoryStore | None = None,
         guards: GuardSettings | None = None,
         read_limits: ReadLimits | None = None,
         secrets: SecretAccess | None = None,
         endpoints: EndpointPublisher | None = None,
-        last_status: LastStatus | None = None,
+        last_status: StatusReader | None = None,
     ) -> None:
         self.pool = HostPool(host_factory)
         self.last_status = last_status
         """The fleet's last status document, for the removed-host guard; None: not read."""
         self.endpoints = endpoints
         """Where the proxies' DNS names go after each run; None: nowhere."""
-        self.history = history if history is not None else MemoryHistoryStore()
+        self.history = history
+        self.loader = loader
+        """Reads the repo at a directory (reconciler.ports.repoloader)."""
+        self.url_rule = url_rule
+        """The image cache's URL rule, asked before planning; None: image URLs unchecked."""
         self.images = images
         self.prober = prober
         self.settings = settings if settings is not None else ApplySettings()
@@ -138,7 +144,7 @@ class Engine:
     def load(self, root: Path) -> Repo:
         """The repo at ``root``, read within this engine's limits and with its secrets; raises
         InvalidInput. The daemon's cycle loads once with it and hands the repo back."""
-        return load_repo_at(root, limits=self.read_limits, secrets=self.secrets, memo=self.memo)
+        return self.loader(root, limits=self.read_limits, secrets=self.secrets, memo=self.memo)
 
     def reconcile_once(
         self, root: Path, *, revision: str, loaded: Repo | InvalidInput | None = None
@@ -236,11 +242,11 @@ class Engine:
         log.info("Planned %s.", _summary(plan))
         return Prepared(started, revision, repo, hosts, observation, plan, kept)
 
-    def _url_check(self) -> Callable[[str], None] | None:
+    def _url_check(self) -> UrlCheck | None:
         allowed = self.guards.allowed_file_dirs
-        if allowed is None:
+        if allowed is None or self.url_rule is None:
             return None
-        return functools.partial(check_url, allowed_file_dirs=allowed)
+        return functools.partial(self.url_rule, allowed_file_dirs=allowed)
 
     def finish(self, prepared: Prepared) -> RunReport:
         """Apply the plan, check every proxy and build the report."""

@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from typing import Protocol
+
+from reconciler.ports.board import Board
 
 LOGGER = "reconciler"
 """The logger the relay sits on: every module of the package logs below it."""
@@ -25,12 +26,6 @@ _BOARD: contextvars.ContextVar[Board | None] = contextvars.ContextVar(
     "proxyfleet_run_board", default=None
 )
 _INSTALL = threading.Lock()
-
-
-class Board(Protocol):
-    """Where a run's steps go (``engine.control.RunBoard``)."""
-
-    def note(self, line: str) -> None: ...
 
 
 class StepRelay(logging.Handler):

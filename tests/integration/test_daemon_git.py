@@ -24,6 +24,7 @@ from reconciler.adapters.hypervisor.images.fakeimages import FakeImages
 from reconciler.adapters.surface.httpapi import sign
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.probe import FakeProber
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, ObservedSource, source_cycle
 from reconciler.engine.reconcile import Engine
 from reconciler.model import Host
@@ -106,7 +107,7 @@ def build(remote: Remote, url: str, tmp_path: Path, repo: RepoSettings) -> Rig:
     def factory(h: Host) -> FakeHypervisor:
         return host
 
-    engine = Engine(
+    engine = compose.engine(
         factory, images=FakeImages(), prober=FakeProber(), runtime=FakeTime().runtime(stop)
     )
     metrics = Metrics()

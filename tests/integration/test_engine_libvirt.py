@@ -18,6 +18,7 @@ import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
+from reconciler.cli import compose
 from reconciler.core.render.metadata import owner_from_domain_xml
 from reconciler.engine.reconcile import Engine
 from reconciler.engine.runtime import Runtime
@@ -123,7 +124,7 @@ def engine(
         return LibvirtHost(host, settings, observer=observer)
 
     built = (
-        Engine(
+        compose.engine(
             factory,
             images=LocalImage(blank_image),
             prober=NoProxy(),

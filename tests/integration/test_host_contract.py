@@ -20,11 +20,11 @@ import pytest
 from hostservices import BlankImage
 
 from reconciler.adapters.hypervisor.fakehost import FakeHypervisor
-from reconciler.adapters.hypervisor.host import Hypervisor
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.errors import NotFoundError, PermanentError
 from reconciler.model import DomainState, Owner
 from reconciler.model.vm import VmSpec, base_marker_name, base_volume_name, vm_volumes
+from reconciler.ports.hypervisor import Hypervisor
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 

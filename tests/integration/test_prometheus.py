@@ -32,6 +32,7 @@ from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
 from reconciler.adapters.git.fakesource import FakeSource
 from reconciler.adapters.hypervisor.fakehost import Call
 from reconciler.adapters.surface.metrics import Metrics
+from reconciler.cli import compose
 from reconciler.engine.daemon import Daemon, source_cycle
 from reconciler.engine.leadership import Leadership
 from reconciler.errors import PermanentError
@@ -102,6 +103,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         FakeSource(world.root),
         lambda root, revision: world.engine.reconcile_once(root, revision=revision),
         leadership=leadership,
+        fleet_of=compose.fleet_of,
     )
     made = real_daemon(settings, cycle, metrics=metrics, leadership=leadership)
     with running(made):

@@ -20,8 +20,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from reconciler.adapters.coordination.fleetlock import FleetLock, Holder, utc_now
+from reconciler.adapters.coordination.fleetlock import utc_now
 from reconciler.errors import CoordinationError
+from reconciler.model.coordination import Holder
+from reconciler.ports.locks import FleetLock
 
 
 class FakeLockBackend:

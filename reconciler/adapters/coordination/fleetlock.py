@@ -1,113 +1,23 @@
-"""The fleet lock seam: one actor per fleet, whoever and wherever it runs.
+"""What the fleet lock adapters share: this process as a ``Holder``, and holders as the
+coordination service stores them. The seam itself is reconciler.ports.locks.
 
-Every path that mutates a fleet (a daemon cycle, ``proxyfleet apply``) holds
-the fleet's lock first. ``ToozLocks`` (reconciler.adapters.coordination.toozlock) is the
-real thing, over tooz: a file lock in the state dir by default, etcd or
-ZooKeeper for several management boxes. ``FakeLocks``
-(reconciler.adapters.coordination.fakelock) is an in-memory stand-in for unit tests.
-
-Costs are noted per method: "round trips" are requests to the coordination
-service (none for the file backend, which is a local ``flock``).
+``ToozLocks`` (reconciler.adapters.coordination.toozlock) and ``FakeLocks``
+(reconciler.adapters.coordination.fakelock) use them.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds (or asks for) a fleet lock: named in refusals, /healthz and logs."""
-
-    box: str
-    """The management box's hostname."""
-    pid: int
-    role: str = "daemon"
-    """``daemon`` or ``apply``: what kind of actor it is."""
-    since: datetime | None = None
-    """When it took the lock (UTC); None while it does not hold it."""
-
-    def __str__(self) -> str:
-        when = f", since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else ""
-        return f"{self.role} on {self.box} (pid {self.pid}{when})"
-
-    def holding(self, since: datetime) -> Holder:
-        return Holder(self.box, self.pid, self.role, since)
+from reconciler.model.coordination import Holder
 
 
 def this_process(role: str) -> Holder:
     """The identity of the running process, not holding anything yet."""
     return Holder(socket.gethostname(), os.getpid(), role)
-
-
-class FleetLock(Protocol):
-    """The lock of one fleet, as one process sees it. Safe to call from several threads."""
-
-    @property
-    def fleet(self) -> str:
-        """The fleet id (``metadata.name`` of its Fleet) this lock guards."""
-        ...
-
-    def acquire(self, *, wait: float = 0.0, stop: threading.Event | None = None) -> bool:
-        """Take the lock. True once it is ours (or already was); False when another holds it.
-
-        ``wait`` is how many seconds to keep trying (``math.inf``: until it is
-        free or ``stop`` is set). Raises CoordinationError when the backend
-        cannot answer. Cost: 1-3 round trips per try; a try every poll interval.
-        """
-        ...
-
-    def held(self) -> bool:
-        """True while the lock is ours and its lease is known to be alive. No I/O.
-
-        The fence asks this before every mutating host call, so it reads
-        state that the heartbeat keeps: for a lease-based backend it turns
-        False once the last renewal is older than the TTL minus a safety
-        margin, before the coordination service can let anyone else in.
-        """
-        ...
-
-    @property
-    def epoch(self) -> int:
-        """How many times this process has taken the lock (0: never). No I/O.
-
-        A lock lost and taken again is a new epoch: whoever planned under the old
-        one must not act under the new one (another actor may have acted between).
-        """
-        ...
-
-    def release(self) -> None:
-        """Give the lock back (no error when it is not held). Cost: 1-2 round trips."""
-        ...
-
-    def holder(self) -> Holder | None:
-        """Who holds the lock now, as recorded by the holder; None if nobody or unknown.
-
-        Never raises: an unreachable backend is "unknown". Cost: 1 round trip.
-        """
-        ...
-
-
-class LockService(Protocol):
-    """Hands out the lock of any fleet; one per process."""
-
-    @property
-    def ttl(self) -> float:
-        """Seconds a lease outlives its holder's last renewal (inf for the file backend)."""
-        ...
-
-    def lock(self, fleet: str) -> FleetLock:
-        """The lock of ``fleet`` (not taken yet). The same object for the same fleet."""
-        ...
-
-    def close(self) -> None:
-        """Release every lock and disconnect."""
-        ...
 
 
 def utc_now() -> datetime:

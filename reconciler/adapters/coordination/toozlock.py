@@ -48,8 +48,6 @@ from typing import Any
 from tooz import ToozError, coordination
 
 from reconciler.adapters.coordination.fleetlock import (
-    FleetLock,
-    Holder,
     holder_caps,
     holder_from_caps,
     holder_gone,
@@ -57,6 +55,8 @@ from reconciler.adapters.coordination.fleetlock import (
 )
 from reconciler.adapters.coordination.toozurl import driver_url
 from reconciler.errors import CoordinationError
+from reconciler.model.coordination import Holder
+from reconciler.ports.locks import FleetLock
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``ToozRing``: the fleet ring (adapters.coordination.fleetring) over tooz's partitioned groups.
+"""``ToozRing``: the fleet ring (reconciler.ports.ring) over tooz's partitioned groups.
 
 For each fleet it lists, the daemon joins the tooz group ``proxyfleet.ring.<fleet>``
 as ``join_partitioned_group`` does (capabilities naming box and pid beside the
@@ -42,10 +42,11 @@ from typing import Any
 from tooz import coordination
 from tooz.partitioner import Partitioner
 
-from reconciler.adapters.coordination.fleetlock import Holder, holder_gone
+from reconciler.adapters.coordination.fleetlock import holder_gone
 from reconciler.adapters.coordination.toozlock import _why, failures
 from reconciler.adapters.coordination.toozurl import driver_url
 from reconciler.errors import CoordinationError
+from reconciler.model.coordination import Holder
 
 log = logging.getLogger(__name__)
 

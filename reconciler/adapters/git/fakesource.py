@@ -1,12 +1,13 @@
-"""An in-memory Source for unit tests: a directory, a revision, optional failures."""
+"""The fake of the source seam (reconciler.ports.source), for unit tests: a directory, a
+revision, optional failures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.adapters.git.source import Checkout
 from reconciler.errors import SourceError
+from reconciler.model.checkout import Checkout
 
 
 @dataclass

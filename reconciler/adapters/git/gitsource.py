@@ -20,8 +20,8 @@ import git
 from git.exc import GitCommandError, GitError, InvalidGitRepositoryError, NoSuchPathError
 
 from reconciler.adapters.git import credentials
-from reconciler.adapters.git.source import Checkout
 from reconciler.errors import SourceError
+from reconciler.model.checkout import Checkout
 from reconciler.model.settings import RepoSettings
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import git
 from git.exc import GitCommandError, GitError
@@ -30,6 +29,7 @@ from reconciler.adapters.git.gitsource import git_environment, git_message, open
 from reconciler.adapters.state.statusstore import LastStatus, StatusStore
 from reconciler.core.status import statusdoc
 from reconciler.core.status.statusmd import render_markdown
+from reconciler.model.checkout import Published
 from reconciler.model.report import RunReport
 from reconciler.model.settings import RepoSettings, StatusSettings
 
@@ -42,25 +42,6 @@ LAST_STATUS = "proxyfleet-last-status.json"
 """The document last committed, in the writer's repository (the state dir)."""
 _REPLACED = "the branch did not show this daemon's last status; written again"
 _REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "stale info")
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """What a publish did: ``commit`` is set when a commit reached the remote."""
-
-    commit: str = ""
-    message: str = ""
-    error: str = ""
-
-
-class StatusSink(Protocol):
-    def publish(self, report: RunReport) -> Published:
-        """Record ``report``; commit and push when something meaningful changed.
-
-        Cost: one fetch, and a commit + push when the status changed. Never
-        raises for git or network failures: they come back in ``error``.
-        """
-        ...
 
 
 @dataclass

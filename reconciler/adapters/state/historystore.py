@@ -20,7 +20,7 @@ import logging
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from reconciler.adapters.state import jsonfile
 from reconciler.model.history import Halt, History, VmRecord
@@ -31,16 +31,6 @@ log = logging.getLogger(__name__)
 VERSION = 1
 MAX_BYTES = 8 * 1024 * 1024
 """A history file larger than this is not read (a fleet of thousands stays far below)."""
-
-
-class HistoryStore(Protocol):
-    def load(self) -> History:
-        """What the last run saved; an empty History when there is none. Never raises."""
-        ...
-
-    def save(self, history: History) -> None:
-        """Replace what is kept. Raises OSError when the state dir cannot be written."""
-        ...
 
 
 class MemoryHistoryStore:

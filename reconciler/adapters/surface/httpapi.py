@@ -38,15 +38,15 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from reconciler.adapters.surface.httplistener import Connection, Listener, ListenerLimits
 from reconciler.adapters.surface.httprequest import Head, Request, response
 from reconciler.adapters.surface.ratelog import RateLimitedLog
 from reconciler.model.settings import ListenSettings
+from reconciler.ports.surface import Endpoints
 
-__all__ = ["SIGNATURE_HEADER", "Endpoints", "HttpApi", "ListenerLimits", "sign", "signature_valid"]
+__all__ = ["SIGNATURE_HEADER", "HttpApi", "ListenerLimits", "sign", "signature_valid"]
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +64,6 @@ def signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
     if not secret or not header:
         return False
     return hmac.compare_digest(sign(secret, body).encode(), header.strip().lower().encode())
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoints:
-    """What the routes call. ``secret`` returns None when the webhook is off."""
-
-    metrics: Callable[[], bytes]
-    metrics_content_type: str
-    health: Callable[[], tuple[bool, str]]
-    hook: Callable[[], None]
-    secret: Callable[[], bytes | None]
-    targets: Callable[[], bytes] = field(default=lambda: b"[]\n")
-    """GET /sd/proxies: the proxies as Prometheus ``http_sd_configs`` JSON."""
 
 
 _Work = tuple[int, int, Connection | None, Request | HTTPStatus | None]

@@ -3,14 +3,13 @@
 A daemon that lists several fleets joins, for each of them, a group of the daemons
 that list it; a consistent hash ring over each group's members gives every fleet one
 *owner*. The ring only spreads the work: a daemon acts on a fleet when the ring gives
-it the fleet **and** it holds the fleet's lock (reconciler.adapters.coordination.fleetlock), and it
+it the fleet **and** it holds the fleet's lock (reconciler.ports.locks), and it
 is the lock that makes one actor per fleet; two daemons that briefly disagree about
 the ring (each saw a join or a leave at a different poll) either both try the lock, and
 one gets it, or both leave the fleet alone for a poll.
 
-``ToozRing`` (reconciler.adapters.coordination.toozring) is the real thing, over
-tooz's partitioned groups; ``FakeRing`` (reconciler.adapters.coordination.fakering)
-an in-memory stand-in for unit tests.
+Real: ``ToozRing`` (reconciler.adapters.coordination.toozring), over tooz's partitioned
+groups. Fake: ``FakeRing`` (reconciler.adapters.coordination.fakering), in memory.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The hypervisor seam: what the engine needs from one libvirt host.
 
-``LibvirtHost`` (reconciler.adapters.hypervisor.libvirthost) is the real thing, over SSH;
-``FakeHypervisor`` (reconciler.adapters.hypervisor.fakehost) is an in-memory stand-in
-for unit tests of the executor and nothing else.
+Real: ``LibvirtHost`` (reconciler.adapters.hypervisor.libvirthost), over SSH.
+Fake: ``FakeHypervisor`` (reconciler.adapters.hypervisor.fakehost), in memory, for unit
+tests of the engine and nothing else.
 
 Every method raises only ``reconciler.errors.HostError`` subclasses, already
 classified: TransientError (retry), PermanentError (report), NotFoundError.

@@ -1,0 +1,37 @@
+"""The metrics seam: each cycle's figures, and what ``GET /metrics`` serves.
+
+Real: ``Metrics`` (one fleet) and ``FleetMetrics`` (several, as one exposition)
+(reconciler.adapters.surface.metrics), over prometheus_client. No fake: unit tests use
+``Metrics`` itself, which serves from memory.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from reconciler.model.report import RunReport
+
+
+class Exposition(Protocol):
+    """What ``GET /metrics`` serves."""
+
+    @property
+    def content_type(self) -> str:
+        """The media type of ``exposition``."""
+        ...
+
+    def exposition(self) -> bytes:
+        """The current figures, as ``content_type``."""
+        ...
+
+
+class MetricsSink(Exposition, Protocol):
+    """Where each cycle's figures go, and what ``GET /metrics`` serves."""
+
+    def record(self, report: RunReport) -> None:
+        """Once per cycle, with its report."""
+        ...
+
+    def report_failed(self, stage: str) -> None:
+        """Count a failure to record (``metrics``) or publish (``status``) a report."""
+        ...
