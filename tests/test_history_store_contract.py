@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.state.historystore import (
-    FileHistoryStore,
-    HistoryStore,
-    MemoryHistoryStore,
-)
+from reconciler.adapters.state.historystore import FileHistoryStore, MemoryHistoryStore
 from reconciler.model.history import Halt, History, VmRecord
 from reconciler.model.plan import DomainRef
+from reconciler.ports.history import HistoryStore
 
 SINCE = datetime(2026, 9, 4, 14, 0, 7, tzinfo=UTC)
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fleetlock import Holder, LockService
 from reconciler.adapters.coordination.toozlock import ToozLocks, default_url
+from reconciler.model.coordination import Holder
+from reconciler.ports.locks import LockService
 
 A = Holder("box-a", 101, "daemon")
 B = Holder("box-b", 202, "apply")

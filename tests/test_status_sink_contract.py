@@ -16,10 +16,11 @@ import pytest
 from gitutil import Remote, make_remote
 from reports import report
 
-from reconciler.adapters.git.statuswriter import GitStatusWriter, MemoryStatusSink, StatusSink
+from reconciler.adapters.git.statuswriter import GitStatusWriter, MemoryStatusSink
 from reconciler.core.status import statusdoc
 from reconciler.model.report import Health
 from reconciler.model.settings import RepoSettings, StatusSettings
+from reconciler.ports.status import StatusSink
 
 HISTORY = 3
 

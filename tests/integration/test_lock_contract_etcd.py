@@ -21,8 +21,8 @@ from test_lock_contract import (  # noqa: F401  (the contract's cases, collected
     test_contract_the_same_fleet_is_the_same_lock_and_taking_it_again_is_no_new_epoch,
 )
 
-from reconciler.adapters.coordination.fleetlock import LockService
 from reconciler.adapters.coordination.toozlock import ToozLocks
+from reconciler.ports.locks import LockService
 
 
 @pytest.fixture
