@@ -217,6 +217,8 @@ class _Planner:
                 actions.append(delete(vm, f"{why}, {judged.why}", protect=protect, keeper=kept))
             else:
                 actions.append(block(vm.action(Delete, ""), f"{why}; {judged.why}"))
+                if vm in stale:
+                    actions.extend(self._revive(proxy, made, vm))
         return actions
 
     def _keep(self, proxy: Proxy, made: Made, vm: OwnedVm) -> Action:
@@ -250,4 +252,38 @@ class _Planner:
         new = self._new_vm(proxy, made, prefer=old.host, replaces=old, heal=drain)
         why = PROTECTED if proxy.lifecycle.protect else f"waiting for {proxy.name}'s replacement"
         others.sort(key=lambda v: (v.name, v.host))
-        return [new, *(block(vm.action(Delete, ""), why) for vm in others)]
+        # A start of the old VM goes first: it is what serves the proxy in this run's status.
+        return [
+            *self._revive(proxy, made, old),
+            new,
+            *(block(vm.action(Delete, ""), why) for vm in others),
+        ]
+
+    def _revive(self, proxy: Proxy, made: Made, vm: OwnedVm) -> list[Action]:
+        """A Start of ``vm``, an old VM of ``proxy`` that went down while it waits to be
+        replaced (for its rollout batch, under a halt, for its successor's health check): it
+        serves the proxy until then, so the day-2 rules start it as they would a kept VM.
+        Nothing when it runs, or when those rules would not start it (drift: detect, its
+        restarts used up: the replace is planned anyway)."""
+        if vm.state is DomainState.RUNNING:
+            return []
+        verdict = judge(
+            vm.observed,
+            host=vm.host,
+            proxy=proxy,
+            machine_type=made.machine_type,  # read only for a running VM (hand edits)
+            drift=self.policy.drift,
+            history=self.history,
+            suspect="",
+        )
+        if verdict is not None and verdict.cure is not Cure.START:
+            return []
+        action = kept_vm_action(
+            vm,
+            verdict,
+            proxy=proxy.name,
+            drift=self.policy.drift,
+            pool=self.hosts[vm.host].pool,
+            free=self.room.pool_free(vm.host),
+        )
+        return [action] if action.kind is ActionKind.START else []
