@@ -282,7 +282,7 @@ def secret_access(identity: Path | None, *, need_values: bool) -> SecretAccess:
 def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
     """The repo, or None after printing every problem to stderr."""
     try:
-        return load_repo_at(root, secrets=secrets)
+        return load(root, secrets=secrets)
     except InvalidInput as exc:
         print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
         for problem in exc.problems:
