@@ -29,15 +29,14 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from reconciler.cli import exitcodes, savedplan
+from reconciler.cli import compose, exitcodes, savedplan
 from reconciler.cli.applyengine import Started, bars_wanted, with_engine
 from reconciler.cli.applylock import add_lock_timeout_argument
 from reconciler.cli.common import (
@@ -55,13 +54,11 @@ from reconciler.core.status import statusdoc
 from reconciler.engine.reconcile import Engine, Prepared
 from reconciler.errors import ConfigError
 from reconciler.model import Repo
+from reconciler.model.checkout import Standing
 from reconciler.model.plan import MUTATING
 from reconciler.model.report import ActionResult, Health, RunReport
 
 __all__ = ["apply_with", "exit_code", "register", "run"]
-
-if TYPE_CHECKING:
-    from reconciler.adapters.git.fleetrevision import Standing
 
 EXIT_OK = exitcodes.OK
 EXIT_ERROR = exitcodes.ERROR
@@ -117,13 +114,8 @@ def run(args: argparse.Namespace) -> int:
     args.repo = args.repo or (saved.repo if saved is not None else Path("."))
 
     def body(started: Started) -> int:
-        from reconciler.adapters.git.fleetrevision import standing as fleet_standing
-
         one = started.settings
-        standing = None
-        if one is not None:
-            status, timeout = one.status, one.repo.fetch_timeout
-            standing = functools.partial(fleet_standing, args.repo, status, timeout=timeout)
+        standing = compose.fleet_standing(args.repo, one) if one is not None else None
         return apply_with(
             args,
             started.engine,

@@ -30,7 +30,6 @@ from reconciler.cli.common import (
     fleet_settings,
     identity_error,
     read_limits,
-    secret_access,
     state_dir,
 )
 from reconciler.cli.gitrevision import start_revision
@@ -78,7 +77,7 @@ def with_engine(
     show_progress_lines()
     try:
         identity = age_identity_file(args, settings.secrets.age_identity_file)
-        secrets = secret_access(identity, need_values=True)
+        secrets = compose.secret_access(identity, need_values=True)
     except ConfigError as exc:
         return identity_error(exc)
     stop = threading.Event()

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli.common import config_error, lock_service, take_lock
+from reconciler.cli import compose
+from reconciler.cli.common import config_error, take_lock
 from reconciler.core.load import durations
 from reconciler.errors import ConfigError
 from reconciler.model.settings import DaemonSettings
@@ -86,7 +87,7 @@ class ApplyLock:
         if self._fleet is None:  # the repo stalls before this; a fence that never opens
             return
         try:
-            self._locks = lock_service(self._settings, self._state, role="apply")
+            self._locks = compose.lock_service(self._settings, self._state, role="apply")
         except ConfigError as exc:
             config_error(exc)
             raise LockRefused from exc

@@ -8,38 +8,28 @@ the built-in defaults. The state dir (image cache) likewise: ``--state-dir``,
 ``PROXYFLEET_STATE_DIR``, the config's ``stateDir``, /var/lib/proxyfleet. The age
 identity that decrypts the repo's secrets likewise: ``--age-identity``,
 ``PROXYFLEET_AGE_IDENTITY``, the config's ``secrets.ageIdentityFile``, none.
+
+Only arguments, settings and messages here: what they reach (hosts, the image cache, the
+locks, the repo on disk, the identity) is built by the composition root
+(reconciler.cli.compose).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from reconciler.adapters.coordination.fleetlock import this_process
-from reconciler.adapters.hypervisor.images.download import ImageCache
-from reconciler.adapters.repo.diskfiles import load_repo_at
 from reconciler.core.load.repofiles import ReadLimits
-from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess
 from reconciler.core.load.settings import DEFAULT_CONFIG, load_settings
-from reconciler.engine.observe import Observation, observe, size_bases
-from reconciler.engine.pool import HostPool
-from reconciler.errors import ConfigError, CoordinationError, InvalidInput, MissingDependency
-from reconciler.model import Host, Repo
-from reconciler.model.settings import ApplySettings, DaemonSettings, GuardSettings, SshSettings
-from reconciler.ports.locks import FleetLock, LockService
-
-if TYPE_CHECKING:  # libvirt loads only when a host is built
-    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-    from reconciler.adapters.hypervisor.transport.libvirtrpc import RpcObserver
-    from reconciler.ports.status import StatusReader
+from reconciler.errors import ConfigError, CoordinationError, MissingDependency
+from reconciler.model.settings import DaemonSettings, GuardSettings, SshSettings
+from reconciler.ports.locks import FleetLock
 
 ENV_SSH_KEY = "PROXYFLEET_SSH_KEY"
 ENV_KNOWN_HOSTS = "PROXYFLEET_KNOWN_HOSTS"
@@ -109,18 +99,6 @@ def configured_identity(args: argparse.Namespace) -> Path | None:
     return found if found is not None else daemon_settings(args).secrets.age_identity_file
 
 
-def secret_access(identity: Path | None, *, need_values: bool) -> SecretAccess:
-    """How a load treats secrets with the identity file ``identity`` (None: none).
-
-    Raises ConfigError when the identity file is unusable.
-    """
-    if identity is None:
-        return SecretAccess(need_values=need_values)
-    from reconciler.adapters.secrets.agesecrets import load_identity  # pyrage loads only here
-
-    return SecretAccess(load_identity(identity), need_values=need_values)
-
-
 def daemon_settings(args: argparse.Namespace) -> DaemonSettings:
     """The config named by --config, else the default one if present, else defaults.
 
@@ -162,55 +140,6 @@ def state_dir(args: argparse.Namespace, base: Path | None = None) -> Path:
     return found if found is not None else DaemonSettings().state_dir
 
 
-def lock_service(settings: DaemonSettings, state: Path, *, role: str) -> LockService:
-    """The fleet locks of the config's coordination service (a file lock in ``state``/locks
-    by default). Raises ConfigError for a URL no backend understands."""
-    from reconciler.adapters.coordination.toozlock import (  # tooz loads only here
-        ToozLocks,
-        default_url,
-    )
-
-    url = settings.coordination.url or default_url(state)
-    try:
-        return ToozLocks(url, me=this_process(role), ttl=settings.coordination.ttl)
-    except CoordinationError as exc:
-        raise ConfigError(f"coordination.url: {exc}") from exc
-
-
-def host_factory(
-    ssh: SshSettings,
-    *,
-    fleet: str | None = None,
-    observer: RpcObserver | None = None,
-    watch: bool = False,
-) -> Callable[[Host], LibvirtHost]:
-    """The one place a real host adapter is built: a lazily dialling LibvirtHost per host
-    (nothing connects until first use), for every command and the daemon.
-
-    ``fleet``: the pinned fleet id; a delete refuses domains of any other fleet.
-    ``observer``: told the duration of every libvirt call (the daemon's metrics).
-    ``watch``: owners kept between observes, read again on libvirt's domain events (the
-    daemon, which observes every cycle on the same connections).
-    """
-    try:
-        from reconciler.adapters.hypervisor.libvirthost import (
-            LibvirtHost,  # libvirt loads only when needed
-        )
-    except ModuleNotFoundError as exc:
-        if exc.name != "libvirt":
-            raise
-        raise MissingDependency(
-            "libvirt-python is not installed; commands that talk to a host need it: "
-            "pip install 'proxyfleet[libvirt]' (gcc, pkg-config and libvirt-dev first), "
-            "see README.md"
-        ) from exc
-
-    def make(host: Host) -> LibvirtHost:
-        return LibvirtHost(host, ssh, observer=observer, fleet=fleet, watch=watch)
-
-    return make
-
-
 def read_limits(settings: DaemonSettings) -> ReadLimits:
     """What one load of the fleet repo may read, from the daemon config."""
     return ReadLimits(
@@ -227,34 +156,6 @@ def guard_settings(settings: DaemonSettings, state: Path) -> GuardSettings:
         max_deletes=settings.max_deletes_per_run,
         allowed_file_dirs=settings.images.allow_file_dirs,
     )
-
-
-def fleet_status(settings: DaemonSettings, *, daemon: bool = False) -> StatusReader | None:
-    """Where the engine reads the fleet's last status (the removed-host guard): the status
-    branch the daemon config names, fetched into the checkout with the operator's git, or
-    (``daemon``) with the daemon's key and credentials; None: the daemon writes none."""
-    from reconciler.adapters.git.fleetrevision import last_status
-    from reconciler.adapters.git.gitsource import git_environment
-
-    if not settings.status.enabled:
-        return None
-    return functools.partial(
-        last_status,
-        status=settings.status,
-        timeout=settings.repo.fetch_timeout,
-        env=git_environment(settings.repo) if daemon else None,
-    )
-
-
-def load_repo_or_complain(root: Path, secrets: SecretAccess = CHECK_ONLY) -> Repo | None:
-    """The repo, or None after printing every problem to stderr."""
-    try:
-        return load_repo_at(root, secrets=secrets)
-    except InvalidInput as exc:
-        print(f"{root}: the fleet repo is invalid; nothing was done:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return None
 
 
 def identity_error(exc: ConfigError) -> int:
@@ -285,38 +186,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         for line in (headers, *rows)
     ]
     return "\n".join(lines)
-
-
-def observe_live(repo: Repo, args: argparse.Namespace) -> Observation:
-    """Read every host of ``repo`` over SSH now (``plan`` without ``--inventory``), and size
-    the bases a host lacks as ``apply`` does (from the image cache in the state dir, or
-    a HEAD request; nothing is downloaded).
-
-    Host access as ``add_host_access_arguments`` describes; unreachable hosts
-    come back as such, never as an exception.
-    """
-    settings = daemon_settings(args)
-    pool = HostPool(host_factory(ssh_settings(args, settings.ssh)))
-    try:
-        hosts = pool.sync(repo.fleet.hosts)
-        observation = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout)
-    finally:
-        pool.close()
-    images = image_cache(settings, state_dir(args, settings.state_dir))
-    return size_bases(repo, observation, images)
-
-
-def image_cache(
-    settings: DaemonSettings, state: Path, *, progress_interval: float = 5.0
-) -> ImageCache:
-    """The image cache under ``state`` (``images/``), with the config's image limits;
-    ``progress_interval``: seconds between a download's progress events."""
-    return ImageCache(
-        state / "images",
-        allowed_file_dirs=settings.images.allow_file_dirs,
-        max_bytes=settings.images.max_bytes,
-        progress_interval=progress_interval,
-    )
 
 
 def take_lock(lock: FleetLock, *, timeout: float, stop: threading.Event) -> bool:

@@ -35,14 +35,12 @@ import tty
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from reconciler.adapters.hypervisor.console.stream import ConsoleStream
+from reconciler.cli import compose
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
     config_error,
     daemon_settings,
-    host_factory,
-    load_repo_or_complain,
     ssh_settings,
 )
 from reconciler.cli.inventory import configure_logging
@@ -52,6 +50,7 @@ from reconciler.engine.pool import HostPool
 from reconciler.errors import ConfigError, HostError
 from reconciler.model import DomainState, Inventory
 from reconciler.model.settings import ApplySettings
+from reconciler.ports.console import ConsoleStream
 from reconciler.ports.hypervisor import Hypervisor
 
 ESCAPE = b"\x1d"
@@ -60,7 +59,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 
 Opener = Callable[[Hypervisor, str, bool], ConsoleStream]
-"""Opens (hypervisor, domain, force) -> a console stream."""
+"""Opens (hypervisor, domain, force) -> a console stream; the real one: compose.open_console."""
 
 
 def register(sub: Any) -> None:
@@ -87,14 +86,14 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace, *, opener: Opener | None = None) -> int:
     configure_logging(args)
-    repo = load_repo_or_complain(args.repo)
+    repo = compose.load_repo_or_complain(args.repo)
     if repo is None:
         return EXIT_ERROR
     try:
         ssh = ssh_settings(args, daemon_settings(args).ssh)
     except ConfigError as exc:
         return config_error(exc)
-    pool = HostPool(host_factory(ssh))
+    pool = HostPool(compose.host_factory(ssh))
     try:
         hosts = pool.sync(repo.fleet.hosts)
         inventory = observe(repo.fleet, hosts, timeout=ApplySettings().observe_timeout).inventory
@@ -104,7 +103,7 @@ def run(args: argparse.Namespace, *, opener: Opener | None = None) -> int:
             return EXIT_ERROR
         host, domain = found
         try:
-            console = (opener or open_libvirt)(hosts[host], domain, args.force)
+            console = (opener or compose.open_console)(hosts[host], domain, args.force)
         except HostError as exc:
             print(f"proxyfleet console: {domain} on {host}: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -146,16 +145,6 @@ def find_vm(
         key=lambda c: (c[1].state is DomainState.RUNNING, c[1].owner.created if c[1].owner else ""),
     )
     return host, chosen.name
-
-
-def open_libvirt(hypervisor: Hypervisor, domain: str, force: bool) -> ConsoleStream:
-    """The real opener: a libvirt console stream on the host's session."""
-    from reconciler.adapters.hypervisor.console.libvirtconsole import open_console
-    from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
-
-    if not isinstance(hypervisor, LibvirtHost):
-        raise TypeError(f"no libvirt session for host {hypervisor.name}")
-    return open_console(hypervisor.session, domain, force=force)
 
 
 def session(

@@ -16,8 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.surface import controlsocket
-from reconciler.cli import exitcodes
+from reconciler.cli import compose, exitcodes
 from reconciler.cli.common import ENV_STATE_DIR, daemon_settings, state_dir
 from reconciler.core.load import durations
 from reconciler.core.load.settings import DEFAULT_CONFIG
@@ -86,20 +85,20 @@ def socket_of(args: argparse.Namespace) -> Path:
             raise ConfigError(
                 f"the daemon serves several fleets ({', '.join(fleets)}); name one with --fleet"
             )
-        return controlsocket.socket_path(state)
+        return compose.control_socket_path(state)
     if fleets and fleet not in fleets:
         raise ConfigError(f"--fleet {fleet}: the daemon's config lists {', '.join(fleets)}")
-    return controlsocket.socket_path(fleet_state_dir(state, fleet))
+    return compose.control_socket_path(fleet_state_dir(state, fleet))
 
 
 def _fleet_sockets(state: Path) -> tuple[str, ...]:
     """The fleets with a control socket under ``state`` when it has none of its own: the
     state dir of a daemon of several fleets, asked without its config."""
-    if controlsocket.socket_path(state).exists() or not (state / "fleets").is_dir():
+    if compose.control_socket_path(state).exists() or not (state / "fleets").is_dir():
         return ()
     return tuple(
         sorted(
-            d.name for d in (state / "fleets").iterdir() if controlsocket.socket_path(d).exists()
+            d.name for d in (state / "fleets").iterdir() if compose.control_socket_path(d).exists()
         )
     )
 
@@ -108,7 +107,7 @@ def ask(
     args: argparse.Namespace, message: Mapping[str, Any], *, timeout: float | None
 ) -> Iterator[Mapping[str, Any]]:
     """The daemon's answers to ``message`` (raises ControlError, ConfigError)."""
-    return controlsocket.request(socket_of(args), message, timeout=timeout)
+    return compose.control_request(socket_of(args), message, timeout=timeout)
 
 
 def complain(command: str, error: Exception) -> int:

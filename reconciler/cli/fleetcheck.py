@@ -1,15 +1,13 @@
 """``apply``'s check of the checkout against the revision the fleet last applied: the
 ``--allow-older`` flag and what is said (docs/operations.md, "apply from a checkout behind the
-fleet"). Where the checkout stands is asked of git (reconciler.adapters.git.fleetrevision)."""
+fleet"). Where the checkout stands is asked of git (reconciler.cli.compose.fleet_standing)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from reconciler.adapters.git.fleetrevision import Standing
+from reconciler.model.checkout import Standing
 
 
 def add_allow_older_argument(parser: argparse.ArgumentParser) -> None:

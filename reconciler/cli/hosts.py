@@ -28,17 +28,14 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from reconciler.cli import exitcodes
+from reconciler.cli import compose, exitcodes
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
     config_error,
     daemon_settings,
-    host_factory,
-    image_cache,
-    load_repo_or_complain,
     ssh_settings,
     state_dir,
     table,
@@ -48,12 +45,10 @@ from reconciler.cli.inventory import configure_logging
 from reconciler.core.naming import resolve_image
 from reconciler.errors import ConfigError
 from reconciler.model import Firmware, Host, Image, Repo
+from reconciler.model.hostcheck import BaseNeed, HostReport, Need
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import base_volume_name
 from reconciler.ports.images import ImageSizes
-
-if TYPE_CHECKING:
-    from reconciler.adapters.hypervisor.hostcheck.check import BaseNeed, HostReport, Need
 
 EXIT_OK = exitcodes.OK
 EXIT_ERROR = exitcodes.ERROR
@@ -90,13 +85,13 @@ def register(sub: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     configure_logging(args)
-    repo = load_repo_or_complain(args.repo)
+    repo = compose.load_repo_or_complain(args.repo)
     if repo is None:
         return EXIT_ERROR
     try:
         settings = daemon_settings(args)
         ssh = ssh_settings(args, settings.ssh)
-        host_factory(ssh)  # says so when libvirt-python is not installed
+        check = compose.host_check(ssh)  # says so when libvirt-python is not installed
     except ConfigError as exc:
         return config_error(exc)
     hosts = [h for h in repo.fleet.hosts if not args.host or h.name in args.host]
@@ -104,10 +99,15 @@ def run_check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"proxyfleet: no such host in fleet.yaml: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_ERROR
-    images = image_cache(settings, state_dir(args, settings.state_dir))
+    images = compose.image_cache(settings, state_dir(args, settings.state_dir))
     need = dataclasses.replace(largest_vm(repo), images=base_needs(repo, images))
     reports = check_hosts(
-        hosts, ssh, need_uefi=needs_uefi(repo), need=need, kvm_probe=not args.no_kvm_probe
+        hosts,
+        ssh,
+        check,
+        need_uefi=needs_uefi(repo),
+        need=need,
+        kvm_probe=not args.no_kvm_probe,
     )
     if args.json:
         print(json.dumps([report_json(r) for r in reports], indent=2))
@@ -126,10 +126,6 @@ def needs_uefi(repo: Repo) -> bool:
 def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
     """Every base the fleet may upload: fleet.yaml's images and the direct URLs the
     proxies name, each with its size (one cache stat or HEAD request per image)."""
-    from reconciler.adapters.hypervisor.hostcheck.check import (
-        BaseNeed,  # libvirt loads only when needed
-    )
-
     found: dict[str, Image] = {base_volume_name(i): i for i in repo.fleet.images}
     for proxy in repo.proxies:
         image = resolve_image(repo.fleet, proxy.placement.image)
@@ -143,10 +139,6 @@ def base_needs(repo: Repo, images: ImageSizes) -> tuple[BaseNeed, ...]:
 
 def largest_vm(repo: Repo) -> Need:
     """Room for one VM of the fleet's largest machine type (by disk, then memory)."""
-    from reconciler.adapters.hypervisor.hostcheck.check import (
-        Need,  # libvirt loads only when needed
-    )
-
     machines = repo.fleet.machine_types
     if not machines:
         return Need()
@@ -166,12 +158,14 @@ def largest_vm(repo: Repo) -> Need:
 def check_hosts(
     hosts: list[Host],
     ssh: SshSettings,
+    check_host: compose.HostCheck,
     *,
     need_uefi: bool,
     need: Need | None = None,
     kvm_probe: bool = True,
 ) -> list[HostReport]:
-    make = host_factory(ssh)
+    """Every host of ``hosts`` checked by ``check_host``, in parallel; each says on stderr
+    what it waits for, and when it is done."""
     reports: dict[str, HostReport] = {}
     lock = threading.Lock()
 
@@ -185,13 +179,9 @@ def check_hosts(
             f"connecting over SSH to {host.address}:{host.port} (up to "
             f"{ssh.connect_timeout:.0f} s), then libvirt, pool, network, firmware, capacity"
         )
-        adapter = make(host)
-        try:
-            report = adapter.host_check(
-                need_uefi=need_uefi, need=need, kvm_probe=kvm_probe, say=say
-            )
-        finally:
-            adapter.close()
+        report = check_host(
+            host, need_uefi=need_uefi, need=need or Need(), kvm_probe=kvm_probe, say=say
+        )
         verdict = "ready" if report.ok else "NOT ready"
         seconds = time.monotonic() - started
         progress_line(f"{host.name}: {verdict} after {seconds:.1f} s")

@@ -17,14 +17,12 @@ import logging
 import sys
 from typing import Any
 
-from reconciler.cli import exitcodes
+from reconciler.cli import compose, exitcodes
 from reconciler.cli.common import (
     add_host_access_arguments,
     add_repo_argument,
     config_error,
     daemon_settings,
-    load_repo_or_complain,
-    observe_live,
     table,
 )
 from reconciler.cli.logsetup import setup_logging
@@ -67,11 +65,11 @@ def configure_logging(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args)
-    repo = load_repo_or_complain(args.repo)
+    repo = compose.load_repo_or_complain(args.repo)
     if repo is None:
         return EXIT_ERROR
     try:
-        inventory = observe_live(repo, args).inventory
+        inventory = compose.observe_live(repo, args).inventory
     except ConfigError as exc:
         return config_error(exc)
     if args.json:

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli import exitcodes, savedplan
+from reconciler.cli import compose, exitcodes, savedplan
 from reconciler.cli.applyengine import Started, with_engine
 from reconciler.cli.common import (
     add_age_identity_argument,
@@ -44,8 +44,6 @@ from reconciler.cli.common import (
     config_error,
     configured_identity,
     identity_error,
-    load_repo_or_complain,
-    secret_access,
 )
 from reconciler.core.load.inventory import load_inventory
 from reconciler.core.plan.planner import plan
@@ -148,10 +146,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return config_error(exc)
     try:
-        secrets = secret_access(identity, need_values=True)
+        secrets = compose.secret_access(identity, need_values=True)
     except ConfigError as exc:
         return identity_error(exc)
-    repo = load_repo_or_complain(args.repo, secrets)
+    repo = compose.load_repo_or_complain(args.repo, secrets)
     if repo is None:
         return EXIT_ERROR
     try:

@@ -9,14 +9,8 @@ import argparse
 import sys
 import threading
 
-from reconciler.adapters.surface.controlsocket import ControlServer, socket_path
-from reconciler.adapters.surface.metrics import FleetMetrics, Metrics
 from reconciler.cli import compose
-from reconciler.cli.common import (
-    config_error,
-    lock_service,
-    secret_access,
-)
+from reconciler.cli.common import config_error
 from reconciler.cli.logsetup import setup_logging
 from reconciler.core.load.secretrefs import SecretAccess
 from reconciler.core.load.settings import load_settings
@@ -31,9 +25,11 @@ from reconciler.errors import ConfigError
 from reconciler.model.settings import DaemonSettings
 from reconciler.ports.images import ImageSource
 from reconciler.ports.locks import LockService
+from reconciler.ports.metrics import DaemonMetrics
 from reconciler.ports.notifier import Notifier
 from reconciler.ports.prober import Prober
 from reconciler.ports.ring import FleetRing
+from reconciler.ports.surface import Surface
 
 SWITCH_INTERVAL = 0.001
 """Seconds a thread may hold the GIL while another waits for it (Python's default 0.005).
@@ -47,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
         # The identity is read once, at start: an unusable one stops the daemon here.
-        secrets = secret_access(settings.secrets.age_identity_file, need_values=True)
-        locks = lock_service(settings, settings.state_dir, role="daemon")
+        secrets = compose.secret_access(settings.secrets.age_identity_file, need_values=True)
+        locks = compose.lock_service(settings, settings.state_dir, role="daemon")
     except ConfigError as exc:
         return config_error(exc)
     setup_logging(settings.log.level, settings.log.format, verbose=getattr(args, "verbose", 0))
@@ -76,7 +72,7 @@ def serve(
     stop = threading.Event()
     fleets = settings.per_fleet()
     ring = ring if ring is not None or not settings.fleets else compose.fleet_ring(settings)
-    parts: dict[str, tuple[Daemon, Engine, Metrics]] = {}
+    parts: dict[str, tuple[Daemon, Engine, DaemonMetrics]] = {}
     try:
         for one in fleets:
             parts[one.fleet or ""] = fleet_daemon(
@@ -98,7 +94,7 @@ def serve(
                 settings,
                 {fleet: daemon for fleet, (daemon, _, _) in parts.items()},
                 ring=ring,
-                metrics=FleetMetrics({fleet: m for fleet, (_, _, m) in parts.items()}),
+                metrics=compose.fleet_metrics({fleet: m for fleet, (_, _, m) in parts.items()}),
                 surface=compose.surface(settings),
                 stop=stop,
                 poll=settings.coordination.poll,
@@ -112,7 +108,7 @@ def serve(
         if ring is not None:
             ring.close()
         return 1
-    controls: list[ControlServer] = []
+    controls: list[Surface] = []
     try:
         for one in fleets:
             daemon, engine, _ = parts[one.fleet or ""]
@@ -142,14 +138,14 @@ def serve(
         locks.close()
 
 
-def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> ControlServer:
+def control_server(settings: DaemonSettings, daemon: Daemon, engine: Engine) -> Surface:
     """The root-only control socket of one fleet's daemon (``reconcile``, ``get``, ``info``)
     in its state dir (``settings``: that fleet's, ``per_fleet``). Raises OSError (another
     daemon answers there, a path in the way)."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     leadership = daemon.leadership
-    return ControlServer(
-        socket_path(settings.state_dir),
+    return compose.control_server(
+        settings.state_dir,
         Control(
             daemon.runs,
             reports=lambda: daemon.reports,
@@ -174,10 +170,10 @@ def fleet_daemon(
     prober: Prober | None,
     notifier: Notifier | None,
     secrets: SecretAccess | None = None,
-) -> tuple[Daemon, Engine, Metrics]:
+) -> tuple[Daemon, Engine, DaemonMetrics]:
     """One fleet's daemon: its source, lock, engine, status and metrics. ``ring`` set: one
     of several fleets (no endpoint, signals or notifications of its own)."""
-    metrics = Metrics()
+    metrics = compose.metrics()
     leadership = Leadership(
         locks,
         poll=settings.coordination.poll,

@@ -21,12 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reconciler.adapters.repo.diskfiles import load_repo_at
+from reconciler.cli import compose
 from reconciler.cli.common import (
     add_age_identity_argument,
     age_identity_file,
     identity_error,
-    secret_access,
 )
 from reconciler.errors import ConfigError, InvalidInput, Problem
 from reconciler.model.fleet import Repo
@@ -66,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     root = args.repo or args.dir or Path(".")
     try:
-        secrets = secret_access(age_identity_file(args), need_values=False)
+        secrets = compose.secret_access(age_identity_file(args), need_values=False)
     except ConfigError as exc:
         return identity_error(exc)
     try:
-        repo = load_repo_at(root, secrets=secrets)
+        repo = compose.load(root, secrets=secrets)
     except InvalidInput as exc:
         if args.json:
             print(as_json(exc.problems, None))

@@ -1,5 +1,7 @@
 """What the source seam (reconciler.ports.source) hands the engine, and what the status
-seam (reconciler.ports.status) says it did: plain values."""
+seam (reconciler.ports.status) says it did: plain values. And where an operator's checkout
+stands beside the fleet (``Standing``: what ``apply`` asks before it plans, answered by
+git in reconciler.adapters.git.fleetrevision)."""
 
 from __future__ import annotations
 
@@ -31,3 +33,16 @@ class Published:
     commit: str = ""
     message: str = ""
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A checkout beside the fleet: ``behind`` when it does not descend from ``fleet``."""
+
+    checkout: str = ""
+    """The commit the checkout has out ("" when it is not a git checkout)."""
+    fleet: str = ""
+    """The revision the fleet last applied; "" when not known (``unknown`` says why)."""
+    behind: bool = False
+    unknown: str = ""
+    """Why the fleet's revision is not known, in one sentence; "" when it is."""

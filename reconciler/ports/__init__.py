@@ -12,5 +12,8 @@ nothing but the model, the core and the errors (import contracts in pyproject.to
 - ``prober``: the proxy health probe.        - ``dns``: the proxies' DNS names.
 - ``repoloader``: the repo on disk, loaded.  - ``metrics``: figures and /metrics.
 - ``surface``: the HTTP endpoint.            - ``notifier``: systemd's sd_notify.
-- ``board``: where a run's steps go.
+- ``board``: where a run's steps go.         - ``console``: a VM's serial console.
+
+Two are not the engine's but the CLI's, built for it by the composition root as well:
+``console`` (``proxyfleet console``) and ``metrics.DaemonMetrics`` (the daemon's wiring).
 """

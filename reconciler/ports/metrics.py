@@ -35,3 +35,22 @@ class MetricsSink(Exposition, Protocol):
     def report_failed(self, stage: str) -> None:
         """Count a failure to record (``metrics``) or publish (``status``) a report."""
         ...
+
+
+class DaemonMetrics(MetricsSink, Protocol):
+    """One fleet's metrics in the daemon: the sink, and the hooks its other parts are given.
+
+    The composition root (reconciler.cli.compose) builds them (``metrics``) and serves
+    several fleets' as one exposition (``fleet_metrics``)."""
+
+    def observe_rpc(self, rpc: str, host: str, seconds: float, ok: bool = True) -> None:
+        """Time one libvirt call (the host adapter's call observer)."""
+        ...
+
+    def leading(self, fleet: str, leading: bool) -> None:
+        """Whether this daemon leads ``fleet`` now (the leadership's change hook)."""
+        ...
+
+    def source_result(self, *, ok: bool) -> None:
+        """Whether the last fetch of the fleet repo worked."""
+        ...

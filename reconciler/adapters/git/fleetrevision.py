@@ -25,11 +25,11 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.adapters.git.gitsource import redact
 from reconciler.core.status.statusdoc import Doc, parse_yaml
+from reconciler.model.checkout import Standing
 from reconciler.model.settings import StatusSettings
 
 log = logging.getLogger(__name__)
@@ -37,19 +37,6 @@ log = logging.getLogger(__name__)
 MAX_STATUS_BYTES = 64 * 1024 * 1024
 """A status.yaml larger than this is not read (a fleet of thousands stays far below)."""
 _COMMIT = re.compile(r"[0-9a-f]{7,64}")
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """A checkout beside the fleet: ``behind`` when it does not descend from ``fleet``."""
-
-    checkout: str = ""
-    """The commit the checkout has out ("" when it is not a git checkout)."""
-    fleet: str = ""
-    """The revision the fleet last applied; "" when not known (``unknown`` says why)."""
-    behind: bool = False
-    unknown: str = ""
-    """Why the fleet's revision is not known, in one sentence; "" when it is."""
 
 
 class _GitFailed(Exception):

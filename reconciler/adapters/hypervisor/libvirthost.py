@@ -21,7 +21,7 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.hostcheck.check import HostReport, Need, check_host
+from reconciler.adapters.hypervisor.hostcheck.check import check_host
 from reconciler.adapters.hypervisor.images.baseimage import BaseImages, FileOpener
 from reconciler.adapters.hypervisor.images.unusedvolumes import remove_unused, remove_unused_base
 from reconciler.adapters.hypervisor.images.volumes import xml_of
@@ -39,6 +39,7 @@ from reconciler.core.render.metadata import (
 from reconciler.core.render.seediso import seed_iso
 from reconciler.errors import HostError, NotFoundError, PermanentError, TransientError
 from reconciler.model import Host, HostInventory, Image, Owner
+from reconciler.model.hostcheck import HostReport, Need
 from reconciler.model.settings import SshSettings
 from reconciler.model.vm import VmSpec, vm_volumes
 

@@ -1,2 +1,2 @@
-"""A VM's serial console: the seam (``stream``), its fake (``fakeconsole``) and the one
-through the host's libvirt connection (``libvirtconsole``)."""
+"""A VM's serial console: the one through the host's libvirt connection (``libvirtconsole``)
+and its fake (``fakeconsole``); their seam is reconciler.ports.console."""

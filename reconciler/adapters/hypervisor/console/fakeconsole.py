@@ -1,4 +1,5 @@
-"""An in-memory ConsoleStream for unit tests of the terminal loop (see console.stream)."""
+"""An in-memory ConsoleStream for unit tests of the terminal loop (the seam:
+reconciler.ports.console)."""
 
 from __future__ import annotations
 

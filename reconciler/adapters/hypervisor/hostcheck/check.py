@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import libvirt
@@ -24,6 +23,7 @@ import libvirt
 from reconciler.adapters.hypervisor.hostcheck.kvmprobe import PROBE_TIMEOUT, probe_kvm
 from reconciler.errors import HostError, PermanentError
 from reconciler.model.fleet import DomainType
+from reconciler.model.hostcheck import BaseNeed, CheckItem, HostReport, Need
 from reconciler.model.vm import base_marker_name
 
 if TYPE_CHECKING:
@@ -31,59 +31,13 @@ if TYPE_CHECKING:
     from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 
 
-@dataclass(frozen=True, slots=True)
-class CheckItem:
-    name: str
-    """ssh, libvirt, pool, network, firmware, capacity or kvm."""
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class HostReport:
-    host: str
-    items: tuple[CheckItem, ...] = ()
-    libvirt_version: str = ""
-    qemu_version: str = ""
-    cpus: int = 0
-    memory_mib: int = 0
-    free_memory_mib: int = 0
-    pool_free_bytes: int = 0
-    kvm_usable: bool | None = None
-    """What the KVM probe found; None when it did not decide (not run, or the host failed)."""
-
-    @property
-    def ok(self) -> bool:
-        return all(item.ok for item in self.items)
+NO_NEED = Need()
+"""The default ``need``: no base image and no VM to make room for."""
 
 
 def version_text(number: int) -> str:
     """libvirt's packed version (major * 1e6 + minor * 1e3 + micro) as ``9.0.0``."""
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
-
-
-@dataclass(frozen=True, slots=True)
-class BaseNeed:
-    """A base image of the fleet, uploaded into a pool that does not hold it yet."""
-
-    key: str
-    volume: str
-    """The base volume's name in the pool (``base_volume_name``)."""
-    size_bytes: int | None
-    """Bytes it takes once uploaded; None when not known yet (not cached, source silent)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    """Room a host needs: the fleet's base images it lacks, plus one VM of the fleet's
-    largest machine type."""
-
-    disk_bytes: int = 0
-    memory_mib: int = 0
-    what: str = ""
-    """Which machine type, for the message (``large: 4 vCPUs, 8 GiB, 40 GiB disk``)."""
-    images: tuple[BaseNeed, ...] = ()
-    """The fleet's images; those whose verified base (base and marker) the pool lacks count."""
 
 
 def _missing(images: tuple[BaseNeed, ...], volumes: set[str]) -> list[BaseNeed]:
@@ -108,7 +62,7 @@ def check_host(
     images: BaseImages,
     *,
     need_uefi: bool = True,
-    need: Need = Need(),
+    need: Need = NO_NEED,
     kvm_probe: bool = True,
     say: Callable[[str], None] = lambda _text: None,
 ) -> HostReport:

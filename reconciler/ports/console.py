@@ -1,9 +1,10 @@
-"""The serial-console seam: a byte stream to and from one VM's first serial port.
+"""The console seam: a byte stream to and from one VM's first serial port.
 
 ``LibvirtConsole`` (reconciler.adapters.hypervisor.console.libvirtconsole) is the real thing, a
 ``virDomainOpenConsole`` stream over the host's forwarded libvirt connection;
 ``FakeConsole`` (reconciler.adapters.hypervisor.console.fakeconsole) is an in-memory stand-in for
-the terminal loop's unit tests and nothing else.
+the terminal loop's unit tests and nothing else. Not the engine's: ``proxyfleet console``
+(reconciler.cli.console) gets one from the composition root (reconciler.cli.compose).
 """
 
 from __future__ import annotations
