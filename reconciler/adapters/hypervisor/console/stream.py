@@ -3,7 +3,8 @@
 ``LibvirtConsole`` (reconciler.adapters.hypervisor.console.libvirtconsole) is the real thing, a
 ``virDomainOpenConsole`` stream over the host's forwarded libvirt connection;
 ``FakeConsole`` (reconciler.adapters.hypervisor.console.fakeconsole) is an in-memory stand-in for
-the terminal loop's unit tests and nothing else.
+the terminal loop's unit tests and nothing else. Contract:
+tests/integration/test_console_contract.py (the fake and a real guest's console).
 """
 
 from __future__ import annotations
