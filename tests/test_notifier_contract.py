@@ -10,12 +10,12 @@ by systemd, and says every call went undelivered.)
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import pytest
+from notifysocket import NotifySocket
 
 from reconciler.adapters.surface.fakenotifier import FakeNotifier
 from reconciler.adapters.surface.notify import SdNotify
@@ -49,25 +49,16 @@ class FakeSide:
 
 class SocketSide:
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
-        self.datagrams: list[str] = []
+        self.systemd = NotifySocket(path)
         env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": str(int(WATCHDOG * 2_000_000))}
         self.notifier = SdNotify(env)
 
     def received(self) -> list[str]:
-        while True:
-            try:
-                self.datagrams.append(self.sock.recv(4096).decode())
-            except TimeoutError:
-                return list(self.datagrams)
+        return list(self.systemd.drain())
 
     def deaf(self) -> None:
         self.received()
-        self.sock.close()
-        self.path.unlink()
+        self.systemd.close()
 
 
 @pytest.fixture(params=["fake", "socket"])
@@ -79,7 +70,7 @@ def side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Side]:
     try:
         yield real
     finally:
-        real.sock.close()
+        real.systemd.close()
 
 
 def test_contract_each_call_is_one_datagram_of_the_protocol_s_lines_and_says_it_was_delivered(
