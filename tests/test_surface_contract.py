@@ -9,6 +9,7 @@ connection to it is accepted; routes that count their calls.
 from __future__ import annotations
 
 import socket
+import urllib.request
 from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
@@ -27,6 +28,9 @@ class Side(Protocol):
 
     def serving(self) -> bool:
         """Whether a client reaches the surface now."""
+
+    def scrape(self) -> tuple[str, bytes]:
+        """What a scrape of /metrics gets: its content type and body."""
 
 
 class Counted:
@@ -56,6 +60,11 @@ class FakeSide:
     def serving(self) -> bool:
         return self.fake.serving
 
+    def scrape(self) -> tuple[str, bytes]:
+        assert self.fake.serving
+        routes = self.fake.endpoints
+        return routes.metrics_content_type, routes.metrics()
+
 
 class HttpSide:
     def __init__(self, endpoints: Endpoints) -> None:
@@ -72,6 +81,11 @@ class HttpSide:
         with socket.socket() as client:
             client.settimeout(2)
             return client.connect_ex(self.address) == 0
+
+    def scrape(self) -> tuple[str, bytes]:
+        host, port = self.api.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+            return response.headers["Content-Type"], response.read()
 
 
 @pytest.fixture
@@ -105,3 +119,12 @@ def test_contract_a_surface_calls_none_of_its_routes_on_its_own(
     side.surface.stop()
 
     assert routes.calls == []
+
+
+def test_contract_a_surface_serves_the_metrics_route_it_was_built_with(
+    side: Side, routes: Counted
+) -> None:
+    side.surface.start()
+
+    assert side.scrape() == ("text/plain", b"runs 0\n")
+    assert routes.calls == ["metrics"]
