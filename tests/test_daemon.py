@@ -198,14 +198,16 @@ def test_a_refused_head_stalls_the_cycle_and_a_failed_fetch_is_listed_as_a_probl
     assert stalled.revision == "a" * 40
     stalled_condition = next(c for c in stalled.conditions if c.type == "Stalled")
     assert (stalled_condition.status, stalled_condition.reason) == (True, "SourceRefused")
-    fake.error, fake.fetch_error = "", "fetching origin failed: timeout"
+    fake.error = ""
+    cycle(threading.Event())
+    fake.fetch_error = "fetching origin failed: timeout"
     kept = cycle(threading.Event())
-    assert calls == [(tmp_path, "a" * 40)]
+    assert calls == [(tmp_path, "a" * 40)] * 2
     assert kept.problems[0] == "fetching origin failed: timeout"
-    assert seen == [False, False]
+    assert seen == [False, True, False]
     fake.fetch_error = ""
     cycle(threading.Event())
-    assert seen == [False, False, True]
+    assert seen == [False, True, False, True]
 
 
 def test_a_refused_head_after_an_accepted_one_keeps_reconciling_the_accepted_revision(

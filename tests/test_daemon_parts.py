@@ -1,70 +1,22 @@
-"""The daemon is built from its parts: fakes here, no socket, no Prometheus, no systemd."""
+"""The daemon is built from its parts: their fakes, no socket, no Prometheus, no systemd."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from daemonutil import FakeCycle, running, wait_until
 
 from reconciler.adapters.git.statuswriter import MemoryStatusSink
+from reconciler.adapters.surface.fakemetrics import FakeMetrics
+from reconciler.adapters.surface.fakenotifier import FakeNotifier
+from reconciler.adapters.surface.fakesurface import FakeSurface
 from reconciler.engine.daemon import Daemon
 from reconciler.engine.parts import DaemonParts
 from reconciler.engine.runtime import Runtime
-from reconciler.model.report import RunReport, RunResult
+from reconciler.model.report import RunResult
 from reconciler.model.settings import DaemonSettings, ListenSettings
 from reconciler.ports.surface import Endpoints
-
-
-@dataclass
-class FakeSurface:
-    endpoints: Endpoints
-    events: list[str] = field(default_factory=list)
-
-    def start(self) -> None:
-        self.events.append("start")
-
-    def stop(self) -> None:
-        self.events.append("stop")
-
-
-@dataclass
-class FakeMetrics:
-    reports: list[RunReport] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    content_type: str = "text/plain"
-
-    def record(self, report: RunReport) -> None:
-        self.reports.append(report)
-
-    def report_failed(self, stage: str) -> None:
-        self.failed.append(stage)
-
-    def exposition(self) -> bytes:
-        return f"runs {len(self.reports)}\n".encode()
-
-
-@dataclass
-class FakeNotifier:
-    sent: list[str] = field(default_factory=list)
-    watchdog_interval: float | None = None
-
-    def ready(self, status: str = "") -> bool:
-        self.sent.append(f"ready {status}")
-        return True
-
-    def status(self, text: str) -> bool:
-        self.sent.append(f"status {text}")
-        return True
-
-    def watchdog(self) -> bool:
-        self.sent.append("watchdog")
-        return True
-
-    def stopping(self, status: str = "") -> bool:
-        self.sent.append(f"stopping {status}")
-        return True
 
 
 def test_a_daemon_built_from_fake_parts_runs_a_cycle_and_reports_through_each_part() -> None:
@@ -87,8 +39,10 @@ def test_a_daemon_built_from_fake_parts_runs_a_cycle_and_reports_through_each_pa
         assert wait_until(lambda: len(daemon.reports) == 1)
         (endpoint,) = surfaces
         assert endpoint.events == ["start"]
-        assert endpoint.endpoints.metrics() == b"runs 1\n"
-        assert endpoint.endpoints.metrics_content_type == "text/plain"
+        assert b'proxyfleet_reconcile_runs_total{result="success"} 1.0' in (
+            endpoint.endpoints.metrics()
+        )
+        assert endpoint.endpoints.metrics_content_type == metrics.content_type
         assert endpoint.endpoints.health()[0] is True
         endpoint.endpoints.hook()
         assert wait_until(lambda: len(daemon.reports) == 2)
@@ -96,7 +50,7 @@ def test_a_daemon_built_from_fake_parts_runs_a_cycle_and_reports_through_each_pa
     assert surfaces[0].events == ["start", "stop"]
     assert [r.result for r in metrics.reports] == [RunResult.SUCCESS, RunResult.SUCCESS]
     assert len(status.reports) == 2
-    assert notifier.sent[0] == "ready Starting; first reconcile now"
-    assert any(line.startswith("status success at") for line in notifier.sent)
-    assert notifier.sent[-1] == "stopping Stopping"
+    assert notifier.sent[0] == "READY=1\nSTATUS=Starting; first reconcile now"
+    assert any(line.startswith("STATUS=success at") for line in notifier.sent)
+    assert notifier.sent[-1] == "STOPPING=1\nSTATUS=Stopping"
     assert metrics.failed == []

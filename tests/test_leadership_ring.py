@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from reconciler.adapters.coordination.fakelock import FakeLockBackend, FakeLocks
-from reconciler.adapters.coordination.fakering import FakeRing
+from reconciler.adapters.coordination.fakering import FakeRing, FakeRingBackend
 from reconciler.engine.leadership import Leadership
 from reconciler.errors import FencedError
 from reconciler.model.coordination import Holder
@@ -18,9 +18,11 @@ B = Holder("box-b", 202, "daemon")
 
 
 def pair(owner: str) -> tuple[FakeLockBackend, FakeRing, FakeRing, Leadership, Leadership]:
-    backend = FakeLockBackend()
-    ring_a = FakeRing("box-a", {"home": owner})
-    ring_b = FakeRing("box-b", {"home": owner})
+    backend, service = FakeLockBackend(), FakeRingBackend()
+    ring_a = FakeRing("box-a", {"home": owner}, backend=service)
+    ring_b = FakeRing("box-b", {"home": owner}, backend=service)
+    for ring in (ring_a, ring_b):
+        ring.refresh()
     a = Leadership(FakeLocks(backend, A), poll=0.01, fleet="home", ring=ring_a, drain=5)
     b = Leadership(FakeLocks(backend, B), poll=0.01, fleet="home", ring=ring_b, drain=5)
     return backend, ring_a, ring_b, a, b
@@ -29,6 +31,7 @@ def pair(owner: str) -> tuple[FakeLockBackend, FakeRing, FakeRing, Leadership, L
 def move(owner: str, *rings: FakeRing) -> None:
     for ring in rings:
         ring.owners["home"] = owner
+        ring.refresh()
 
 
 def test_a_daemon_the_ring_does_not_name_leaves_a_free_lock_alone() -> None:

@@ -7,42 +7,22 @@ from pathlib import Path
 
 import pytest
 from daemonutil import FakeCycle, real_daemon, running, wait_until
+from notifysocket import NotifySocket
 
 from reconciler.adapters.surface.metrics import Metrics
 from reconciler.adapters.surface.notify import SdNotify
 from reconciler.model.settings import DaemonSettings, ListenSettings
 
 
-class FakeSystemd:
-    """A NOTIFY_SOCKET that records every datagram."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.05)
-        self.messages: list[str] = []
-
-    def drain(self) -> list[str]:
-        while True:
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except TimeoutError:
-                return self.messages
-
-    def lines(self) -> list[str]:
-        return [line for message in self.drain() for line in message.splitlines()]
-
-
 @pytest.fixture
-def systemd(tmp_path: Path) -> Iterator[FakeSystemd]:
-    fake = FakeSystemd(tmp_path / "notify.sock")
-    yield fake
-    fake.sock.close()
+def systemd(tmp_path: Path) -> Iterator[NotifySocket]:
+    bound = NotifySocket(tmp_path / "notify.sock")
+    yield bound
+    bound.close()
 
 
 def test_a_daemon_under_systemd_says_ready_and_feeds_the_watchdog(
-    systemd: FakeSystemd, tmp_path: Path
+    systemd: NotifySocket, tmp_path: Path
 ) -> None:
     env = {"NOTIFY_SOCKET": str(systemd.path), "WATCHDOG_USEC": "200000"}
     notifier = SdNotify(env)
@@ -79,6 +59,6 @@ def test_without_notify_socket_nothing_is_sent_and_there_is_no_watchdog() -> Non
     assert notifier.watchdog_interval is None
 
 
-def test_a_watchdog_meant_for_another_process_is_ignored(systemd: FakeSystemd) -> None:
+def test_a_watchdog_meant_for_another_process_is_ignored(systemd: NotifySocket) -> None:
     env = {"NOTIFY_SOCKET": str(systemd.path), "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}
     assert SdNotify(env).watchdog_interval is None

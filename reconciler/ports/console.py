@@ -3,8 +3,10 @@
 ``LibvirtConsole`` (reconciler.adapters.hypervisor.console.libvirtconsole) is the real thing, a
 ``virDomainOpenConsole`` stream over the host's forwarded libvirt connection;
 ``FakeConsole`` (reconciler.adapters.hypervisor.console.fakeconsole) is an in-memory stand-in for
-the terminal loop's unit tests and nothing else. Not the engine's: ``proxyfleet console``
-(reconciler.cli.console) gets one from the composition root (reconciler.cli.compose).
+the terminal loop's unit tests and nothing else. Contract:
+tests/integration/test_console_contract.py (the fake and a real guest's console). Not the
+engine's: ``proxyfleet console`` (reconciler.cli.console) gets one from the composition root
+(reconciler.cli.compose).
 """
 
 from __future__ import annotations

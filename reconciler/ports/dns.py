@@ -1,7 +1,8 @@
 """The DNS seam: the proxies' names, published after each run.
 
 Real: ``Rfc2136Publisher`` (reconciler.adapters.dns.rfc2136). Fake: ``FakePublisher``
-(reconciler.adapters.dns.fakepublisher), a zone in memory.
+(reconciler.adapters.dns.fakepublisher), a zone in memory. Contract:
+tests/integration/test_dns_contract.py (a real BIND).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Real: ``FileHistoryStore`` (reconciler.adapters.state.historystore), ``history.json`` in
 the state dir. Fake: ``MemoryHistoryStore`` (same module), this process only: for tests,
-and a one-off ``apply`` without a state dir.
+and a one-off ``apply`` without a state dir. Contract: tests/test_history_store_contract.py.
 """
 
 from __future__ import annotations

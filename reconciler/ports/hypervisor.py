@@ -2,7 +2,8 @@
 
 Real: ``LibvirtHost`` (reconciler.adapters.hypervisor.libvirthost), over SSH.
 Fake: ``FakeHypervisor`` (reconciler.adapters.hypervisor.fakehost), in memory, for unit
-tests of the engine and nothing else.
+tests of the engine and nothing else. Contract: tests/integration/test_host_contract.py
+(a real libvirtd).
 
 Every method raises only ``reconciler.errors.HostError`` subclasses, already
 classified: TransientError (retry), PermanentError (report), NotFoundError.

@@ -1,7 +1,9 @@
 """The image seam: base images in the local cache, and their sizes before planning.
 
 Real: ``ImageCache`` (reconciler.adapters.hypervisor.images.download), downloads checked
-against their sha256. Fake: ``FakeImages`` (tests/enginefakes.py).
+against their sha256. Fake: ``FakeImages``
+(reconciler.adapters.hypervisor.images.fakeimages), which downloads nothing. Contract:
+tests/test_image_source_contract.py (the fake and ``ImageCache`` over ``file://`` images).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Every path that mutates a fleet (a daemon cycle, ``proxyfleet apply``) holds the
 lock first. Real: ``ToozLocks`` (reconciler.adapters.coordination.toozlock), over tooz: a
 file lock in the state dir by default, etcd or ZooKeeper for several management boxes.
 Fake: ``FakeLocks`` (reconciler.adapters.coordination.fakelock), in memory. Who holds a
-lock is a model value (``Holder``, reconciler.model.coordination).
+lock is a model value (``Holder``, reconciler.model.coordination). Contract:
+tests/test_lock_contract.py (the file lock) and tests/integration/test_lock_contract_etcd.py.
 
 Costs are noted per method: "round trips" are requests to the coordination
 service (none for the file backend, which is a local ``flock``).

@@ -1,8 +1,12 @@
 """The metrics seam: each cycle's figures, and what ``GET /metrics`` serves.
 
 Real: ``Metrics`` (one fleet) and ``FleetMetrics`` (several, as one exposition)
-(reconciler.adapters.surface.metrics), over prometheus_client. No fake: unit tests use
-``Metrics`` itself, which serves from memory.
+(reconciler.adapters.surface.metrics), over prometheus_client. Fake: ``FakeMetrics``
+(reconciler.adapters.surface.fakemetrics), which keeps what it was given and serves the
+runs and report errors under ``Metrics``'s names; tests of the series themselves use
+``Metrics``, which serves from memory. Contract: tests/test_metrics_contract.py
+(``FakeMetrics`` and ``Metrics``; ``FleetMetrics`` serves ``Metrics``'s series labelled
+by fleet and has no fake).
 """
 
 from __future__ import annotations

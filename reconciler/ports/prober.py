@@ -1,7 +1,7 @@
 """The probe seam: one request through a proxy, as its manifest's ``health`` describes.
 
 Real: ``HttpProber`` (reconciler.adapters.surface.probe). Fake: ``FakeProber`` (same
-module), answers set by the test.
+module), answers set by the test. Contract: tests/test_prober_contract.py.
 """
 
 from __future__ import annotations

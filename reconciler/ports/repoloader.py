@@ -3,7 +3,8 @@
 Real: ``load_repo_at`` (reconciler.adapters.repo.diskfiles), the core's loader over the
 files on disk (no links followed, sizes bounded). No fake of the loader itself: unit tests
 load real files in a temporary directory, and the core's tests use ``MemoryRepoFiles``
-(reconciler.core.load.memoryfiles) under the same loader.
+(reconciler.core.load.memoryfiles) under the same loader, contract-tested against the
+disk's reader in tests/test_repo_files_contract.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ the ring (each saw a join or a leave at a different poll) either both try the lo
 one gets it, or both leave the fleet alone for a poll.
 
 Real: ``ToozRing`` (reconciler.adapters.coordination.toozring), over tooz's partitioned
-groups. Fake: ``FakeRing`` (reconciler.adapters.coordination.fakering), in memory.
+groups. Fake: ``FakeRing`` (reconciler.adapters.coordination.fakering), in memory,
+several over one ``FakeRingBackend``. Contract: tests/test_ring_contract.py (fake and
+the file backend) and tests/integration/test_ring_contract_etcd.py (a real etcd).
 """
 
 from __future__ import annotations

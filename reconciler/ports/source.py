@@ -1,8 +1,9 @@
 """The source seam: where the engine gets the fleet repo's files and revision.
 
 Real: ``GitSource`` (reconciler.adapters.git.gitsource). Fake: ``FakeSource``
-(reconciler.adapters.git.fakesource), a fixed directory for unit tests. The value it
-hands out, ``Checkout``, is a model value (reconciler.model.checkout).
+(reconciler.adapters.git.fakesource), a fixed directory for unit tests. Contract:
+tests/test_source_contract.py (the fake and ``GitSource`` over a bare repository). The
+value it hands out, ``Checkout``, is a model value (reconciler.model.checkout).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The status seam: each run's report, written back to the fleet repo's status branch.
 
 Real: ``GitStatusWriter`` (reconciler.adapters.git.statuswriter). Fake:
-``MemoryStatusSink`` (same module), which keeps the documents it would commit.
+``MemoryStatusSink`` (same module), which keeps the documents it would commit. Contract:
+tests/test_status_sink_contract.py (a bare repository).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The surface seam: the daemon's HTTP endpoint, given the routes it answers.
 
-Real: ``HttpApi`` (reconciler.adapters.surface.httpapi). No fake: unit tests serve
-``HttpApi`` on a loopback port (tests/httpserve.py). ``Endpoints`` is what the routes
-call; the engine builds it (reconciler.engine.parts.endpoints).
+Real: ``HttpApi`` (reconciler.adapters.surface.httpapi). Fake: ``FakeSurface``
+(reconciler.adapters.surface.fakesurface), which listens nowhere and hands the test its
+routes; tests of the routes themselves serve ``HttpApi`` on a loopback port
+(tests/httpserve.py). Contract: tests/test_surface_contract.py. ``Endpoints`` is what the
+routes call; the engine builds it (reconciler.engine.parts.endpoints).
 """
 
 from __future__ import annotations

@@ -112,8 +112,7 @@ class ImageCache:
 
     def path_for(self, image: Image) -> Path:
         """Where ``image`` lives in the cache once fetched (named by URL hash)."""
-        digest = hashlib.sha256(image.url.encode("utf-8")).hexdigest()[:32]
-        return self.root / f"{digest}.{image.format.value}"
+        return self.root / cache_name(image)
 
     def fetch(self, image: Image) -> CachedImage:
         """The verified local copy of ``image``, downloading it if needed."""
@@ -288,6 +287,12 @@ class ImageCache:
             os.replace(temporary, sidecar)
         except OSError as exc:
             log.warning("Image cache: cannot write the sidecar of %s: %s", final, exc)
+
+
+def cache_name(image: Image) -> str:
+    """The file name of ``image`` in a cache: its URL's hash, its format."""
+    digest = hashlib.sha256(image.url.encode("utf-8")).hexdigest()[:32]
+    return f"{digest}.{image.format.value}"
 
 
 def _chunks(image: Image, source: IO[bytes], chunk_size: int) -> Iterator[bytes]:
