@@ -22,8 +22,8 @@ from test_host_console import read_until, serial_only_domain
 
 from reconciler.adapters.hypervisor.console.fakeconsole import FakeConsole
 from reconciler.adapters.hypervisor.console.libvirtconsole import open_console
-from reconciler.ports.console import ConsoleStream
 from reconciler.errors import TransientError
+from reconciler.ports.console import ConsoleStream
 
 NEEDLE = b"No bootable device"
 
