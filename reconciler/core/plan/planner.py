@@ -43,7 +43,7 @@ from reconciler.core.plan.digest import Digests
 from reconciler.core.plan.drain import leaving
 from reconciler.core.plan.gates import PROTECTED, gate_deletes, orphan
 from reconciler.core.plan.handover import Handover, handover, preference
-from reconciler.core.plan.healing import Cure, judge, suspect_zones
+from reconciler.core.plan.healing import Cure, Verdict, judge, suspect_zones
 from reconciler.core.plan.index import PlanIndex
 from reconciler.core.plan.keep import kept_vm_action
 from reconciler.core.plan.leftovers import leftover_cleanups
@@ -222,19 +222,27 @@ class _Planner:
         return actions
 
     def _keep(self, proxy: Proxy, made: Made, vm: OwnedVm) -> Action:
-        verdict = judge(
+        verdict = self._judge(proxy, made, vm, suspect=self.suspect.get(proxy.placement.zone, ""))
+        if verdict is not None and verdict.cure is Cure.REPLACE and proxy.network is not None:
+            return first_half(proxy, [vm], why=verdict.reason)[0]
+        if verdict is not None and verdict.cure is Cure.REPLACE:
+            return self._new_vm(proxy, made, prefer=vm.host, replaces=vm, heal=verdict.reason)
+        return self._kept(proxy, vm, verdict)
+
+    def _judge(self, proxy: Proxy, made: Made, vm: OwnedVm, *, suspect: str) -> Verdict | None:
+        """The day-2 verdict on ``vm`` (reconciler.core.plan.healing.judge)."""
+        return judge(
             vm.observed,
             host=vm.host,
             proxy=proxy,
             machine_type=made.machine_type,
             drift=self.policy.drift,
             history=self.history,
-            suspect=self.suspect.get(proxy.placement.zone, ""),
+            suspect=suspect,
         )
-        if verdict is not None and verdict.cure is Cure.REPLACE and proxy.network is not None:
-            return first_half(proxy, [vm], why=verdict.reason)[0]
-        if verdict is not None and verdict.cure is Cure.REPLACE:
-            return self._new_vm(proxy, made, prefer=vm.host, replaces=vm, heal=verdict.reason)
+
+    def _kept(self, proxy: Proxy, vm: OwnedVm, verdict: Verdict | None) -> Action:
+        """What becomes of ``vm`` when healing does not replace it (kept_vm_action)."""
         return kept_vm_action(
             vm,
             verdict,
@@ -267,23 +275,8 @@ class _Planner:
         restarts used up: the replace is planned anyway)."""
         if vm.state is DomainState.RUNNING:
             return []
-        verdict = judge(
-            vm.observed,
-            host=vm.host,
-            proxy=proxy,
-            machine_type=made.machine_type,  # read only for a running VM (hand edits)
-            drift=self.policy.drift,
-            history=self.history,
-            suspect="",
-        )
+        verdict = self._judge(proxy, made, vm, suspect="")
         if verdict is not None and verdict.cure is not Cure.START:
             return []
-        action = kept_vm_action(
-            vm,
-            verdict,
-            proxy=proxy.name,
-            drift=self.policy.drift,
-            pool=self.hosts[vm.host].pool,
-            free=self.room.pool_free(vm.host),
-        )
+        action = self._kept(proxy, vm, verdict)
         return [action] if action.kind is ActionKind.START else []
