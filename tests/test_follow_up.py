@@ -19,7 +19,7 @@ from reports import report
 from test_reconcile_fakehost import World
 
 from reconciler.adapters.state.historystore import FileHistoryStore
-from reconciler.engine.daemon import FOLLOW_UP, Daemon
+from reconciler.engine.daemon import FOLLOW_UP, HANDOVER, Daemon
 from reconciler.model.report import Health, RunReport
 from reconciler.model.settings import ApplySettings, DaemonSettings, ListenSettings
 
@@ -124,9 +124,11 @@ def test_a_new_vm_that_passes_beside_its_old_vm_brings_the_handover_run_soon(
     assert [o.action.kind.value for o in made.outcomes] == ["replace"]
     assert [p.health for p in made.proxies] == [Health.HEALTHY]
     assert made.settling == ("web-1",)
+    assert made.handover == ("web-1",)
     handed = w.cycle()
     assert [o.action.kind.value for o in handed.outcomes] == ["delete"]
     assert handed.settling == ()
+    assert handed.handover == ()
 
 
 @pytest.fixture
@@ -152,6 +154,17 @@ def test_the_next_run_comes_after_follow_up_seconds_while_a_new_vm_settles(
     assert made.wait_after(settling_report()) == (FOLLOW_UP, "follow-up")
     assert made.wait_after(report()) == (3600.0, "interval")
     assert FOLLOW_UP == 30.0
+
+
+def test_a_run_that_found_a_first_pass_beside_an_old_vm_brings_the_handover_at_once(
+    settings: DaemonSettings,
+) -> None:
+    made = daemon(settings, lambda _stop: report())
+    found = dataclasses.replace(settling_report(), handover=("web-1",))
+
+    assert made.wait_after(found) == (HANDOVER, "handover")
+    assert HANDOVER < FOLLOW_UP
+    assert made.wait_after(dataclasses.replace(found, handover=())) == (FOLLOW_UP, "follow-up")
 
 
 def test_an_interval_shorter_than_the_follow_up_wins(settings: DaemonSettings) -> None:

@@ -2,8 +2,10 @@
 replace takes two runs at least (create the new VM; once a check of it passed, delete
 the old one) and a rollout one per batch. ``apply`` goes on as the daemon does: while
 the last run changed something or left a new VM that is not healthy yet, it runs again
-after ``FOLLOW_UP_SECONDS``, on the same revision, under the same lock, until a run
-finds nothing to do, makes no progress, or ``limit`` seconds have passed.
+after ``FOLLOW_UP_SECONDS`` (``HANDOVER_SECONDS`` when its check found a replace's new
+VM healthy for the first time beside its old VM: the handover needs no wait), on the same
+revision, under the same lock, until a run finds nothing to do, makes no progress, or
+``limit`` seconds have passed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from reconciler.model.report import ActionResult, RunReport, RunResult
 
 FOLLOW_UP_SECONDS = 10.0
 """Seconds between ``apply``'s runs while the fleet is still moving."""
+HANDOVER_SECONDS = 1.0
+"""Seconds to the run that hands over (``RunReport.handover``), as the daemon's HANDOVER."""
 NEXT_STEP = (ActionKind.REPLACE, ActionKind.DELETE)
 """What a later run may follow: a replace's delete of its old VM, a rollout's next batch."""
 
@@ -61,14 +65,15 @@ def follow_up(
     deadline = engine.runtime.monotonic() + limit
     runs = 1
     while why := in_flight(report):
-        if engine.runtime.monotonic() + wait > deadline:
+        pause = min(wait, HANDOVER_SECONDS) if report.handover else wait
+        if engine.runtime.monotonic() + pause > deadline:
             say(
                 f"Still moving after {runs} run(s) ({why}); stopping here after {limit:.0f} s: "
                 "the daemon, or another apply, carries on from what is observed."
             )
             break
-        say(f"{why}; follow-up run in {wait:.0f} s.")
-        engine.runtime.sleep(wait)  # stop.wait in production: SIGINT/SIGTERM cut it short
+        say(f"{why}; follow-up run in {pause:.0f} s.")
+        engine.runtime.sleep(pause)  # stop.wait in production: SIGINT/SIGTERM cut it short
         if engine.runtime.stop.is_set():
             break
         prepared = engine.prepare(root, revision=revision)

@@ -10,8 +10,11 @@ While a run leaves a new VM that is not healthy yet (``RunReport.settling``:
 created, replaced or started by the run, or created less than
 ``replace_timeout`` ago and still booting), or finds one healthy for the first
 time beside its old VM (the next plan hands over), the next run comes ``FOLLOW_UP``
-seconds later instead of an interval later; never sooner than that, and the
-interval takes over once every new VM is healthy or no longer new.
+seconds later instead of an interval later, and the interval takes over once
+every new VM is healthy or no longer new. A run that found such a first pass
+(``RunReport.handover``) brings the next one at once (``HANDOVER``): that plan
+deletes the old VM and starts the zone's next replace, and nothing is left to
+wait for.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ log = logging.getLogger(__name__)
 FOLLOW_UP = 30.0
 """Seconds to the next run while a new VM is not healthy yet (``RunReport.settling``): a
 restart, or a create, reaches "healthy" in about a boot's time, not an interval's."""
+HANDOVER = 1.0
+"""Seconds to the next run after one whose check found a replace's new VM healthy for the
+first time beside its old VM (``RunReport.handover``): the handover, and the zone's next
+replace, need no wait. It comes once per such VM: its next check is not a first pass."""
 
 
 class ObservedSource:
@@ -204,9 +211,20 @@ class Daemon:
         """Seconds to the next run after ``report``, and the reason it will run for.
 
         The jittered interval; ``FOLLOW_UP`` seconds instead while the report
-        names new VMs that are not healthy yet, unless the interval is sooner.
+        names new VMs that are not healthy yet, unless the interval is sooner;
+        ``HANDOVER`` seconds when its check found a replace's new VM healthy for
+        the first time beside its old VM.
         """
         wait = self._schedule.next_wait()
+        if report is not None and report.handover and self._follow_up > 0 and wait > HANDOVER:
+            log.info(
+                "%d new VM(s) passed their first health check beside their old VM (%s); "
+                "the handover runs in %.0f s.",
+                len(report.handover),
+                ", ".join(report.handover),
+                HANDOVER,
+            )
+            return HANDOVER, "handover"
         if report is None or not report.settling or self._follow_up <= 0 or wait <= self._follow_up:
             return wait, "interval"
         log.info(

@@ -34,7 +34,7 @@ from reconciler.core.plan.planner import plan as make_plan
 from reconciler.core.status.conditions import after_plan, day2, run_failed, stalled
 from reconciler.core.status.history import after_run, for_plan, with_since
 from reconciler.core.status.hostcounts import after_run as hosts_after_run
-from reconciler.core.status.settling import settling
+from reconciler.core.status.settling import handover, settling
 from reconciler.engine.check import check_proxies
 from reconciler.engine.endpoints import publish
 from reconciler.engine.executor import Executor
@@ -284,7 +284,13 @@ class Engine:
             now=finished,
             window=self.settings.replace_timeout,
         )
-        return dataclasses.replace(report, settling=new)
+        handing = handover(
+            checked.vms,
+            inventory=prepared.observation.inventory,
+            fleet=prepared.repo.fleet.name,
+            history=prepared.history,
+        )
+        return dataclasses.replace(report, settling=new, handover=handing)
 
     def _remember(
         self,

@@ -184,7 +184,12 @@ class RunReport:
     one, and nothing acted on this one."""
     settling: tuple[str, ...] = ()
     """Proxies whose VM is new and not healthy yet (made or started by this run, or created
-    less than ``replace_timeout`` ago): the daemon looks again soon instead of an interval later."""
+    less than ``replace_timeout`` ago), and those of ``handover``: the daemon looks again soon
+    instead of an interval later."""
+    handover: tuple[str, ...] = ()
+    """Proxies whose new VM passed its first check in this run while an old VM of theirs
+    still exists: the next plan deletes the old VM and starts the zone's next replace, so
+    the next run comes at once (engine/daemon.HANDOVER), not a follow-up period later."""
     dns: DnsOutcome | None = None
     """What publishing the proxies' names did; None: no ``dns`` configured (or not reached)."""
     fleet: str = ""

@@ -94,7 +94,8 @@ class _Planner:
         self.policy = repo.fleet.policy
         self.index = index = PlanIndex(repo, inventory, memo=memo)
         self.hosts, self.manifests = index.hosts, index.manifests
-        self.in_flight: Counter[str] = Counter()  # zone -> proxies finishing a replace
+        # proxy -> (zone, its old VMs): a replace's second step, the old VMs still there
+        self.finishing: dict[str, tuple[str, frozenset[tuple[str, str]]]] = {}
         self.down: dict[str, set[str]] = defaultdict(set)  # zone -> fixed proxies not serving
         self.room = Room(inventory, self.policy.overcommit)
         seen = index.observed
@@ -128,19 +129,22 @@ class _Planner:
         orphans = [vm for name, vms in self.owned.items() if name not in desired for vm in vms]
         for vm in sorted(orphans, key=lambda v: (v.host, v.name)):
             proposed.append(orphan(vm, self.policy))
+        gate = partial(
+            gate_deletes,
+            has_proxies=bool(self.repo.proxies),
+            policy=self.policy,
+            limits=self.limits,
+        )
         paced = pace(
             proposed,
             rollout=self.policy.rollout,
             zone_of={p.name: p.placement.zone for p in self.repo.proxies},
             zone_sizes=Counter(p.placement.zone for p in self.repo.proxies),
-            in_flight=self.in_flight,
+            in_flight=self._in_flight(gate(proposed)),
             down=self.down,
             halted=tuple(sorted(self.halts)),
         )
-        gated = gate_deletes(
-            paced, has_proxies=bool(self.repo.proxies), policy=self.policy, limits=self.limits
-        )
-        actions = record_protect(gated, vms=self.vms, manifests=self.manifests)
+        actions = record_protect(gate(paced), vms=self.vms, manifests=self.manifests)
         actions.extend(
             leftover_cleanups(
                 actions,
@@ -164,6 +168,16 @@ class _Planner:
             ),
             halts=tuple(self.halts[name] for name in sorted(self.halts)),
         )
+
+    def _in_flight(self, allowed: list[Action]) -> Counter[str]:
+        """Zone -> its proxies still finishing a replace after this plan: an old VM of theirs
+        stays (its delete waits for the new VM's health, is protected, or is over the delete
+        budget; ``allowed`` is the plan with the budget applied). A proxy whose old VMs all
+        go in this plan frees its batch place now: the zone's next replace starts in the
+        same run as that delete, not a run later (pace only blocks replaces and recreates,
+        so a delete the budget lets go here is let go after pace too)."""
+        going = {(a.host, a.domain) for a in allowed if isinstance(a, Delete)}
+        return Counter(zone for zone, olds in self.finishing.values() if not olds <= going)
 
     # -- one proxy ---------------------------------------------------------------------------
 
@@ -202,7 +216,8 @@ class _Planner:
         if judged.halt is not None:
             self.halts[proxy.name] = judged.halt
         if stale:
-            self.in_flight[proxy.placement.zone] += 1
+            olds = frozenset((vm.host, vm.name) for vm in stale)
+            self.finishing[proxy.name] = (proxy.placement.zone, olds)
         others = [
             (vm, f"duplicate of {keeper.name} on {keeper.host}")
             for vm in sorted(duplicates, key=lambda v: (v.name, v.host))

@@ -3,6 +3,8 @@ the next plan hand over. Pure.
 
 ``RunReport.settling`` names them: a daemon runs again soon (engine/daemon.FOLLOW_UP)
 instead of waiting its interval, and ``apply`` follows up likewise (cli/followups.py).
+``RunReport.handover`` names those of the second kind alone: their next run comes at
+once (engine/daemon.HANDOVER), since there is nothing to wait for.
 """
 
 from __future__ import annotations
@@ -15,6 +17,27 @@ from reconciler.model.history import History
 from reconciler.model.report import ActionOutcome, ActionResult, Health, ProxyState, ProxyStatus
 
 NEW_VM_ACTIONS = (ActionKind.CREATE, ActionKind.REPLACE, ActionKind.START)
+
+
+def handover(
+    vms: Sequence[ProxyStatus], *, inventory: Inventory, fleet: str, history: History
+) -> tuple[str, ...]:
+    """The proxies whose VM passed its first check in this run (it is healthy now, and the
+    history from before the run has no pass of it) while another VM of the proxy still
+    exists: the next plan hands over. ``inventory`` is what the run observed before it
+    acted, ``history`` what earlier runs handed on to it."""
+    owned = _owned(inventory, fleet)
+    return tuple(
+        sorted(
+            {
+                vm.name
+                for vm in vms
+                if vm.health is Health.HEALTHY
+                and not history.record(vm.host, vm.domain).healthy_once
+                and owned.get(vm.name, set()) - {(vm.host, vm.domain)}
+            }
+        )
+    )
 
 
 def settling(
@@ -45,25 +68,31 @@ def settling(
         for o in outcomes
         if o.result is ActionResult.SUCCEEDED and o.action.kind in NEW_VM_ACTIONS
     }
-    created: dict[tuple[str, str], str] = {}
-    owned: dict[str, set[tuple[str, str]]] = {}  # each proxy's VMs on the hosts
-    for h in inventory.hosts:
-        for d in h.domains:
-            if d.owner is not None and d.owner.fleet == fleet:
-                created[(h.name, d.name)] = d.owner.created
-                owned.setdefault(d.owner.proxy, set()).add((h.name, d.name))
-    names = set()
+    created = {
+        (h.name, d.name): d.owner.created
+        for h in inventory.hosts
+        for d in h.domains
+        if d.owner is not None and d.owner.fleet == fleet
+    }
+    names = set(handover(vms, inventory=inventory, fleet=fleet, history=history))
     for vm in vms:
         key = (vm.host, vm.domain)
         passed = history.record(vm.host, vm.domain).healthy_once
         young = not passed and _younger(created.get(key, ""), now, window)
-        new = key in acted or young
-        if vm.health is Health.HEALTHY:
-            if not passed and owned.get(vm.name, set()) - {key}:
-                names.add(vm.name)
-        elif vm.state is ProxyState.RUNNING and new:
+        booting = vm.health is not Health.HEALTHY and vm.state is ProxyState.RUNNING
+        if booting and (key in acted or young):
             names.add(vm.name)
     return tuple(sorted(names))
+
+
+def _owned(inventory: Inventory, fleet: str) -> dict[str, set[tuple[str, str]]]:
+    """Each proxy of ``fleet`` -> its VMs on the hosts, as (host, domain)."""
+    owned: dict[str, set[tuple[str, str]]] = {}
+    for h in inventory.hosts:
+        for d in h.domains:
+            if d.owner is not None and d.owner.fleet == fleet:
+                owned.setdefault(d.owner.proxy, set()).add((h.name, d.name))
+    return owned
 
 
 def _younger(recorded: str, now: datetime, window: float) -> bool:
