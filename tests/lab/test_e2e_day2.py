@@ -769,9 +769,10 @@ def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
     for domain in new.values():
         assert after[domain].state == "running", after
         assert backing_base(after[domain].host, domain) == new_base, domain
-    # Paced: batch 1 (pfh-a, pfh-b: by proxy name) ran at once; batch 2 (pfh-c) began only
-    # once both of batch 1's new VMs were healthy. A listing is stamped when it is in, so a
-    # domain's first listing is no earlier than its start.
+    # Paced: batch 1 (pfh-a, pfh-b: by proxy name) ran at once; pfh-c, the third, took a
+    # place only when one was free: in the run that deleted an old VM of batch 1 (its new VM
+    # had passed a check), not before. A listing is stamped when it is in, so a domain's
+    # first listing is no earlier than its start.
     log = daemon.log()
     # Each old VM goes in a later run than its successor's create, once a check passed:
     # the delete looks at the new VM once more and logs it healthy.
@@ -783,7 +784,10 @@ def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
         first,
         healthy,
     )
-    assert first["pfh-c"] > max(healthy["pfh-a"], healthy["pfh-b"]), (first, healthy)
+    made_c = run_of(log, "Replace of ", f" by {new['pfh-c']} on ")
+    freed = min(run_of(log, f"Delete of {of_proxy(before, p)[0]} on ") for p in PROXIES[:2])
+    assert made_c >= freed, (made_c, freed)
+    assert first["pfh-c"] > max(first["pfh-a"], first["pfh-b"]), first
 
     t1 = time.monotonic()
     rig.wait(  # removed by the first run that sees no overlay on it (the one after the rollout)
@@ -815,6 +819,17 @@ def backing_base(host: str, domain: str) -> str:
             return Path(path).name
         path = found
     raise AssertionError(f"the disk of {domain} has a backing chain longer than 8")
+
+
+def run_of(log: str, text: str, *more: str) -> int:
+    """The run number (logfmt ``run=N``) of the first daemon log line that contains ``text``
+    (and each of ``more``)."""
+    for line in log.splitlines():
+        if text in line and all(m in line for m in more):
+            found = re.search(r"\brun=(\d+)", line)
+            assert found is not None, line
+            return int(found.group(1))
+    raise AssertionError(f"no daemon log line contains {text!r}:\n{log[-4000:]}")
 
 
 def logged_at(log: str, text: str, *more: str) -> float:
