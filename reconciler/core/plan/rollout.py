@@ -4,11 +4,12 @@ Pure. ``pace`` numbers the replaces of a plan into batches per zone
 (``policy.rollout``: at most ``maxSurge`` + ``maxUnavailable`` replaces of a
 zone at once, at least 1) and lets only the first batch go: the others are
 blocked, and a later plan starts them once the replaces before them are done.
-A zone's proxies that are still finishing an earlier replace (their old VM
-waits for the new one's health) take the first batch's places, so batch n+1
-starts only once every new VM of batch n passed its health check and its old
-VM is gone. Nothing waits inside a run for that: each plan reads it from what
-was observed and the history (reconciler.core.plan.handover).
+A zone's proxies that are still finishing an earlier replace (an old VM of
+theirs stays after this plan: its delete waits for the new VM's health) take
+the first batch's places (the planner counts them, ``in_flight``), so places
+free up one by one: the plan that deletes a finished replace's old VM starts
+the zone's next replace. Nothing waits inside a run for that: each plan reads
+it from what was observed and the history (reconciler.core.plan.handover).
 
 While the rollout of this revision is halted (a new VM passed no health check
 by its deadline) every replace is blocked, until a new commit (a fix or a
