@@ -65,20 +65,37 @@ OURS = (f"pf-{FLEET}-",)
 
 
 def write_repo(root: Path, per_host: int) -> Repo:
-    """fleet.yaml over every lab host and ``per_host`` proxies pinned to each."""
+    """fleet.yaml over every lab host, each in a zone of its own (``h<NN>``), and a ProxySet
+    of ``per_host`` proxies in each zone (``f<NN>-<ordinal>``): 200 proxies on each host,
+    written as an operator writes a fleet this size (2,000 Proxy documents would be over
+    one load's bound on YAML values, reconciler.core.load.expansion)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "fleet.yaml").write_text(
-        fleet_yaml(FLEET, policy="prune: true\n    maxDeletesPerRun: 5\n    drift: detect")
-    )
+    (root / "proxies.yaml").unlink(missing_ok=True)  # an earlier run's: fleet.yaml alone first
+    text = fleet_yaml(FLEET, policy="prune: true\n    maxDeletesPerRun: 5\n    drift: detect")
+    lines, host = [], -1
+    for line in text.splitlines():
+        if line.startswith("    - name: "):  # a host (spec.hosts, as fleet_yaml writes it)
+            host += 1
+        if line.strip().startswith("zone: ") and host >= 0:
+            line = line[: line.index("zone: ")] + f"zone: h{host:02d}"
+        lines.append(line)
+    (root / "fleet.yaml").write_text("\n".join(lines) + "\n")
     fleet = load_repo_at(root).fleet
     (root / "proxies.yaml").write_text(
         "---\n".join(
-            proxy_yaml(f"f{h:02d}-{i:03d}", zone=host.zone, host=host.name)
+            proxy_set_yaml(f"f{h:02d}", per_host, zone=host.zone)
             for h, host in enumerate(fleet.hosts)
-            for i in range(per_host)
         )
     )
     return load_repo_at(root)
+
+
+def proxy_set_yaml(name: str, replicas: int, *, zone: str) -> str:
+    """A ProxySet of ``replicas`` proxies, each what ``proxy_yaml`` writes for its name."""
+    one = proxy_yaml("${proxy.name}", zone=zone)
+    head, spec = one.split("spec:\n", 1)
+    head = head.replace("kind: Proxy", "kind: ProxySet").replace("${proxy.name}", name)
+    return f"{head}spec:\n  replicas: {replicas}\n{spec}"
 
 
 def rss_kib(field: str) -> int:

@@ -23,14 +23,21 @@ def vm_specs(
     *,
     name: Callable[[str, str], str] | None = None,
 ) -> list[VmSpec]:
-    """The spec of every proxy pinned to ``host_name`` (``placement.host``), or of all on the
+    """The spec of every proxy pinned to ``host_name`` (``placement.host``, or the only host of
+    its zone), or of all on the
     fleet's first host. ``name(proxy, digest)``: the domain name (proxyfleet's by default)."""
     fleet = repo.fleet
     host = fleet.hosts[0] if host_name is None else fleet.host(host_name)
     assert host is not None
     specs = []
+    alone = {  # zone -> its one host: an unpinned proxy of such a zone can only go there
+        zone: names[0]
+        for zone in {h.zone for h in fleet.hosts}
+        if len(names := [h.name for h in fleet.hosts if h.zone == zone]) == 1
+    }
     for proxy in repo.proxies:
-        if host_name is not None and proxy.placement.host != host_name:
+        where = proxy.placement.host or alone.get(proxy.placement.zone)
+        if host_name is not None and where != host_name:
             continue
         image = resolve_image(fleet, proxy.placement.image)
         machine = fleet.machine_type(proxy.placement.machine_type)
