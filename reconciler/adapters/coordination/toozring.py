@@ -157,15 +157,16 @@ class ToozRing:
         if fleet not in self._joined:
             # What join_partitioned_group does, with capabilities that name the daemon
             # beside the weight the partitioner reads.
+            _create(coord, group)
             try:
-                coord.join_group_create(group, self._caps)
+                coord.join_group(group, self._caps).get()
             except coordination.MemberAlreadyExist:
                 # Our name is still there: this daemon before a restart (the record
                 # outlives it by up to the TTL). A name a live process of this box still
                 # uses is a configuration mistake.
                 self._refuse_twin(coord, group)
                 coord.leave_group(group).get()
-                coord.join_group_create(group, self._caps)
+                coord.join_group(group, self._caps).get()
             self._joined.add(fleet)
             log.info("Joined the ring of fleet %s as %s.", fleet, self._member)
         # After an error only the partitioner is made anew (it reads the members afresh);
@@ -244,3 +245,13 @@ def _names(nodes: set[Any]) -> str:
 
 def _text(node: object) -> str:
     return node.decode(errors="replace") if isinstance(node, bytes) else str(node)
+
+
+def _create(coord: coordination.CoordinationDriver, group: str) -> None:
+    """The group made if it is not there yet. tooz's ``join_group_create`` joins first and,
+    on "no such group", creates it and tries again after a 1 s back-off: a second per
+    fleet whenever a ring is new."""
+    try:
+        coord.create_group(group).get()
+    except coordination.GroupAlreadyExist:
+        pass
