@@ -247,11 +247,9 @@ def _text(node: object) -> str:
     return node.decode(errors="replace") if isinstance(node, bytes) else str(node)
 
 
-def _create(coord: coordination.CoordinationDriver, group: str) -> None:
+def _create(coord: coordination.CoordinationDriver, group: bytes) -> None:
     """The group made if it is not there yet. tooz's ``join_group_create`` joins first and,
     on "no such group", creates it and tries again after a 1 s back-off: a second per
     fleet whenever a ring is new."""
-    try:
+    with contextlib.suppress(coordination.GroupAlreadyExist):
         coord.create_group(group).get()
-    except coordination.GroupAlreadyExist:
-        pass
