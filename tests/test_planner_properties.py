@@ -338,11 +338,16 @@ def _second_steps(first: Plan) -> set[tuple[str | None, str | None]]:
 
 
 def _limited_replaces(first: Plan) -> set[tuple[str | None, DomainRef | None]]:
-    """Replaces the first plan held back only because of maxDeletesPerRun."""
+    """Replaces the first plan meant and held back: for maxDeletesPerRun, or for a later
+    rollout batch (the plan that deletes a finished replace's old VM starts the next one)."""
     return {
         (a.proxy, replaced(a))
         for a in first.actions
-        if blocked_kind(a) is ActionKind.REPLACE and a.reason.startswith("beyond maxDeletesPerRun")
+        if blocked_kind(a) is ActionKind.REPLACE
+        and (
+            a.reason.startswith("beyond maxDeletesPerRun")
+            or ": waits until the replaces" in a.reason
+        )
     }
 
 
