@@ -24,6 +24,7 @@ Run: ``PROXYFLEET_LAB_INSTANCE=2 .venv/bin/python -m benchmarks.bench_trigger``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import secrets
@@ -67,6 +68,13 @@ def free_port() -> int:
         return port
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the benchmark that started it dies, however
+    (a benchmark killed mid-run once left its daemon reconciling the lab for an hour)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class Daemon:
     """``proxyfleet -v run`` with its log in a file, started and stopped per run."""
 
@@ -79,6 +87,7 @@ class Daemon:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
 
     def text(self) -> str:
