@@ -693,8 +693,9 @@ def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
     image, made once and cached beside it, so a cold image directory can make it) and
     ``policy.rollout: {maxUnavailable: 1, maxSurge: 1}``.
 
-    maxSurge 1 makes batches of 2 (surge + unavailable) of the 3 proxies: two batches, the
-    second started only once the first's two new VMs are healthy, and two replaces in flight
+    maxSurge 1 makes batches of 2 (surge + unavailable) of the 3 proxies: two places, the
+    third replace started only in the plan that deletes an old VM of the first two (its new
+    VM healthy), and two replaces in flight
     at once, so a rollout that took an old VM away before its successor served would drop
     to N - 2 and fail the N - 1 floor. With maxSurge 0 the batches hold one replace: a
     third create-to-healthy time (~3 min), and a one-at-a-time rollout never goes below
