@@ -275,6 +275,12 @@ class Engine:
         proxies = with_since(checked.proxies, kept)
         report = build_report(prepared, outcomes, proxies, finished=finished)
         report = publish(self.endpoints, prepared.repo, report)
+        handing = handover(
+            checked.vms,
+            inventory=prepared.observation.inventory,
+            fleet=prepared.repo.fleet.name,
+            history=prepared.history,
+        )
         new = settling(
             outcomes,
             checked.vms,
@@ -283,12 +289,7 @@ class Engine:
             history=prepared.history,
             now=finished,
             window=self.settings.replace_timeout,
-        )
-        handing = handover(
-            checked.vms,
-            inventory=prepared.observation.inventory,
-            fleet=prepared.repo.fleet.name,
-            history=prepared.history,
+            handing=handing,
         )
         return dataclasses.replace(report, settling=new, handover=handing)
 

@@ -49,13 +49,13 @@ def settling(
     history: History,
     now: datetime,
     window: float,
+    handing: Sequence[str],
 ) -> tuple[str, ...]:
     """The proxies whose VM runs, is not healthy yet and is new: this run created, replaced
     or started it, or its recorded creation time is less than ``window`` seconds before
-    ``now`` (a VM that a run before a restart made and that is still booting). And those
-    whose VM passed its first check in this run while another VM of the proxy still
-    exists: the next plan hands over (deletes the old VM, starts the zone's next batch),
-    and a rollout would otherwise wait an interval per batch. ``inventory`` is what the
+    ``now`` (a VM that a run before a restart made and that is still booting). And
+    ``handing`` (``handover``'s answer for the same run): the next plan hands over
+    (deletes the old VM, starts the zone's next replace). ``inventory`` is what the
     run observed before it acted, ``history`` what earlier runs handed on to it.
 
     A VM that stays unhealthy longer than that is no longer "new": it waits for
@@ -74,7 +74,7 @@ def settling(
         for d in h.domains
         if d.owner is not None and d.owner.fleet == fleet
     }
-    names = set(handover(vms, inventory=inventory, fleet=fleet, history=history))
+    names = set(handing)
     for vm in vms:
         key = (vm.host, vm.domain)
         passed = history.record(vm.host, vm.domain).healthy_once
