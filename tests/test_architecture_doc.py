@@ -54,3 +54,31 @@ def test_every_python_file_the_page_names_exists() -> None:
         if not found:
             missing.append(name)
     assert sorted(missing) == []
+
+
+WALK = re.compile(r"^### (.+): (\d+) modules in (\d+) layers$")
+ROW = re.compile(r"^\| (\d+) \| `([\w/]+\.py)` \|")
+
+
+def walks() -> dict[str, tuple[int, int, list[str]]]:
+    """Each walk's heading -> (modules it says, layers it says, the modules its table lists)."""
+    found: dict[str, tuple[int, int, list[str]]] = {}
+    heading = None
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if (walk := WALK.match(line)) is not None:
+            heading = walk[1]
+            found[heading] = (int(walk[2]), int(walk[3]), [])
+        elif line.startswith("#"):
+            heading = None
+        elif heading is not None and (row := ROW.match(line)) is not None:
+            found[heading][2].append(row[2])
+    return found
+
+
+def test_each_walk_counts_the_modules_and_layers_its_table_lists() -> None:
+    found = walks()
+    assert len(found) == 2, sorted(found)
+    for heading, (count, layers, rows) in found.items():
+        assert len(rows) == len(set(rows)) == count, (heading, rows)
+        assert len({row.split("/")[0] for row in rows}) == layers, (heading, rows)
+        assert all(module in modules() for module in rows), (heading, rows)

@@ -11,7 +11,7 @@ ProxySet before their schema check (reconciler.core.load.proxydefaults), and a
 ProxySet stands for ``replicas`` Proxy documents (reconciler.core.load.proxyset).
 
 Each proxy's userData, inline or from its ``userDataFile``, with its ``${proxy.*}``
-variables substituted (reconciler.core.load.userdatafile), is checked too: as a
+variables substituted (reconciler.core.load.userdata), is checked too: as a
 cloud-config against cloud-init's schema (reconciler.core.load.cloudconfig) and
 for its ``${secret:NAME}`` references, resolved when ``secrets`` allows
 (reconciler.core.load.secretrefs).
@@ -45,7 +45,6 @@ from reconciler.core.load import (
     proxydefaults,
     proxyset,
     userdata,
-    userdatafile,
 )
 from reconciler.core.load.expansion import Budget, ExpandLimits
 from reconciler.core.load.loadmemo import LoadMemo
@@ -53,7 +52,7 @@ from reconciler.core.load.reading import FleetReading, ProxyReading, read_fleet,
 from reconciler.core.load.repofiles import MANIFEST_SUFFIXES, FileKind, ReadLimits, RepoFiles
 from reconciler.core.load.schemacheck import MISSING, SCHEMA_FILES, check, did_you_mean
 from reconciler.core.load.secretrefs import CHECK_ONLY, SecretAccess, SecretResolver
-from reconciler.core.load.userdatafile import UserDataFiles
+from reconciler.core.load.userdata import UserDataFiles
 from reconciler.core.load.yamlload import (
     Document,
     FieldPath,
@@ -136,7 +135,7 @@ def load_repo(
     resolver = SecretResolver(files, secrets, memo)
     resolved: dict[int, tuple[SecretValue, ...]] = {}
     for index, reading in enumerate(proxies):
-        proxy, found_here = userdatafile.resolve(
+        proxy, found_here = userdata.resolve(
             reading, fleet.document if fleet else None, user_data_files, lines
         )
         too_much = _hold_user_data(proxy, budget)

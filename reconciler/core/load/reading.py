@@ -13,7 +13,7 @@ document is read once more, here, and only here. The reading serves every later 
 - when the schema check passed, the same pass builds the model (``Fleet``, ``Proxy``)
   from the values it has just read, so no step digs into the document's dicts again.
   A ``Proxy`` is built once, by ``ProxyReading.model``, when its userData has been
-  read (``userdatafile``) and its secrets resolved (``secretrefs``): until then the
+  read (``userdata``) and its secrets resolved (``secretrefs``): until then the
   reading holds the rest of it, read here, as a ``partial``.
 
 A Proxy is read with fleet.yaml's defaults already merged in; each member of a
@@ -132,7 +132,7 @@ class ProxyReading:
     """The model but its cloud-init, built by ``model`` once the userData is read and its
     secrets resolved; None when the schema check failed."""
     user_data_file: str | None = None
-    """``spec.cloudInit.userDataFile`` as written (``userdatafile`` reads it)."""
+    """``spec.cloudInit.userDataFile`` as written (``userdata`` reads it)."""
     labels: tuple[tuple[str, str], ...] = ()
     """The string-valued labels, sorted (what ``${proxy.labels.KEY}`` may name)."""
     inherited: frozenset[FieldPath] = frozenset()
@@ -142,7 +142,7 @@ class ProxyReading:
     template_only: bool = False
     """A ``replicas: 0`` set's template, read to be checked: no proxy, no name taken."""
     source: UserDataSource | None = None
-    """Where ``user_data`` was written (set once it is read: ``userdatafile.resolve``)."""
+    """Where ``user_data`` was written (set once it is read: ``userdata.resolve``)."""
     network: FixedAddress | None = None  # spec.network, read leniently (fixedaddress)
 
     def with_user_data(self, text: str | None, source: UserDataSource) -> ProxyReading:
