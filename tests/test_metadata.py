@@ -177,14 +177,3 @@ def test_another_fleet_namespace_can_be_asked_for() -> None:
 )
 def test_an_unparsable_domain_xml_has_no_owner(garbage: str) -> None:
     assert owner_from_domain_xml(garbage) is None
-
-
-def test_the_same_element_text_read_again_is_not_parsed_again() -> None:
-    first = parse_owner(NAMESPACED)
-    # An equal text in a new string, as the next observe's read returns it.
-    again = parse_owner("".join(list(NAMESPACED)))
-    assert first == OWNER
-    assert again is first
-    other = parse_owner(NAMESPACED.replace("edge-1", "edge-2"))
-    assert other is not None
-    assert other.proxy == "edge-2"

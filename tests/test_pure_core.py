@@ -4,6 +4,7 @@ every file open, ``os.*`` file call, socket and process, sees none of them."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +139,37 @@ def test_a_memo_passed_in_keeps_each_fingerprint_and_a_load_without_one_keeps_no
     assert first == again and computed == ["squid-password"]
     assert load_repo(MemoryRepoFiles(FILES), secrets=access) == first
     assert computed == ["squid-password"] * 2
+
+
+CORE = Path(__file__).resolve().parent.parent / "reconciler" / "core"
+CACHES = {"cache", "lru_cache"}
+
+
+def cached_functions() -> dict[str, list[str]]:
+    """Every function of ``reconciler/core`` under ``functools.cache``/``lru_cache``, by
+    ``module:function``, with its parameters."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = (
+                    target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                )
+                if name in CACHES:
+                    args = node.args
+                    params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                    found[f"{path.relative_to(CORE)}:{node.name}"] = params
+    return found
+
+
+def test_the_core_caches_only_the_packages_own_schemas_never_what_it_was_given() -> None:
+    found = cached_functions()
+    # what the package ships: a schema file by its kind, read once like code
+    assert {name: params for name, params in found.items() if params not in ([], ["kind"])} == {}
+    assert (
+        "load/schemacheck.py:schema" in found
+        and "render/metadata.py:_parse_owner_text" not in found
+    )

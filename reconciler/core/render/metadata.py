@@ -31,7 +31,6 @@ exception, because one odd domain must not stop an inventory.
 
 from __future__ import annotations
 
-import functools
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
@@ -79,25 +78,16 @@ def _build(owner: Owner, tag: str, attrib: dict[str, str]) -> ET.Element:
     return root
 
 
-PARSED_OWNERS = 8192
-"""Elements whose decoding ``parse_owner`` remembers: a daemon reads the same text of every
-domain it owns in every cycle (about 1 MiB for 2,000 domains)."""
-
-
 def parse_owner(xml: str | None) -> Owner | None:
     """Decode the element as ``virDomainGetMetadata`` returns it; None if foreign.
 
     Accepts the namespaced form, the bare form (no declaration) and the
-    prefixed form whose declaration was dropped. The same text decodes to the same
-    (frozen) value, so the last ``PARSED_OWNERS`` decodings are kept.
+    prefixed form whose declaration was dropped. Nothing is remembered here: the
+    host adapter keeps each observed domain, its owner decoded, for as long as its
+    owner text and state stay the same (reconciler.adapters.hypervisor.observe.hostobserve).
     """
     if not xml or not xml.strip():
         return None
-    return _parse_owner_text(xml)
-
-
-@functools.lru_cache(maxsize=PARSED_OWNERS)
-def _parse_owner_text(xml: str) -> Owner | None:
     root = _parse_fragment(xml)
     if root is None or not _is_ours(root, NAMESPACE):
         return None
