@@ -18,7 +18,7 @@ from reconciler.adapters.surface.notify import SdNotify
 from reconciler.engine.daemon import Cycle, Daemon
 from reconciler.engine.leadership import Leadership
 from reconciler.engine.parts import DaemonParts
-from reconciler.engine.runtime import Progress, Runtime
+from reconciler.engine.runtime import Heartbeat, Runtime
 from reconciler.model.report import RunReport
 from reconciler.model.settings import DaemonSettings
 from reconciler.ports.notifier import Notifier
@@ -35,7 +35,7 @@ def real_daemon(
     leadership: Leadership | None = None,
     stop: threading.Event | None = None,
     monotonic: Callable[[], float] | None = None,
-    progress: Progress | None = None,
+    heartbeat: Heartbeat | None = None,
     handle_signals: bool = False,
     follow_up: float | None = None,
     serve_http: bool = True,
@@ -51,11 +51,11 @@ def real_daemon(
         leadership=leadership,
     )
     runtime = Runtime.interruptible(stop)
-    if monotonic is not None or progress is not None:
+    if monotonic is not None or heartbeat is not None:
         runtime = dataclasses.replace(
             runtime,
             monotonic=monotonic if monotonic is not None else runtime.monotonic,
-            progress=progress if progress is not None else runtime.progress,
+            heartbeat=heartbeat if heartbeat is not None else runtime.heartbeat,
         )
     extra = {"follow_up": follow_up} if follow_up is not None else {}
     return Daemon(settings, cycle, parts, runtime=runtime, handle_signals=handle_signals, **extra)

@@ -268,19 +268,19 @@ def test_hung_after_seconds_decides_when_a_cycle_is_hung_once_three_intervals_ar
 def test_a_long_cycle_that_keeps_finishing_actions_is_alive_and_one_that_stops_is_hung(
     settings: DaemonSettings,
 ) -> None:
-    from reconciler.engine.runtime import Progress
+    from reconciler.engine.runtime import Heartbeat
 
     now = [0.0]
     hung = max(3 * settings.interval, settings.hung_after)
-    progress = Progress(monotonic=lambda: now[0])
-    daemon = make(settings, FakeCycle(), monotonic=lambda: now[0], progress=progress)
+    heartbeat = Heartbeat(monotonic=lambda: now[0])
+    daemon = make(settings, FakeCycle(), monotonic=lambda: now[0], heartbeat=heartbeat)
     daemon.http.start()
     try:
         daemon._cycle_started = 10.0  # a cycle (a long rollout) started at t=10
         now[0] = 10.0 + hung + 1
         assert not daemon.alive()
 
-        progress.touch()  # a replace of its next batch finished
+        heartbeat.touch()  # a replace of its next batch finished
         assert daemon.alive()
 
         now[0] += hung + 1  # and then nothing more

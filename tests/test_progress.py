@@ -83,7 +83,7 @@ def test_on_a_terminal_downloads_and_the_health_wait_show_bars_instead_of_lines(
 
 def test_an_upload_reports_its_bytes_from_start_to_end(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="reconciler.progress"):
-        progress = uploadstream.Progress("kvm01", "base-debian-12-abababababab.qcow2", 3_000_000)
+        progress = uploadstream.UploadLog("kvm01", "base-debian-12-abababababab.qcow2", 3_000_000)
         progress.add(1_000_000)
         progress.add(2_000_000)
         progress.done()

@@ -81,7 +81,7 @@ class Daemon:
         handle_signals: bool = True,
         follow_up: float = FOLLOW_UP,
     ) -> None:
-        """``runtime``: time, chance, the stop flag and the engine's progress (share the
+        """``runtime``: time, chance, the stop flag and the engine's heartbeat (share the
         engine's, so that the watchdog sees actions finish); the real ones by default.
         ``parts.surface`` None: no endpoint of its own (one fleet of several, whose
         endpoint the FleetsDaemon serves)."""
@@ -108,7 +108,7 @@ class Daemon:
         self._started_at = self._monotonic()
         self._last_completed: float | None = None
         self._cycle_started: float | None = None
-        self._progress = runtime.progress
+        self._heartbeat = runtime.heartbeat
         self._lock = threading.Lock()
         self.http = (
             parts.surface(
@@ -155,7 +155,7 @@ class Daemon:
             started = self._cycle_started
         if started is None:
             return True
-        last = self._progress.last
+        last = self._heartbeat.last
         if last is not None and last > started:
             started = last
         hung_after = max(3 * self.settings.interval, self.settings.hung_after)

@@ -130,7 +130,7 @@ class Executor:
                     index = queue.popleft()
                 with deletes if isinstance(actions[index], Delete) else others:
                     outcome = about(actions[index]).run(self._run_guarded, actions[index])
-                self._runtime.progress.touch()
+                self._runtime.heartbeat.touch()
                 with lock:
                     results[index] = outcome
 

@@ -18,7 +18,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Progress:
+class Heartbeat:
     """When the engine last finished something (monotonic seconds; None: nothing yet).
 
     A long rollout is one long cycle; the daemon's watchdog asks this, not the
@@ -51,7 +51,7 @@ class Runtime:
     sleep: Callable[[float], object] = time.sleep
     random: Callable[[], float] = random.random
     stop: threading.Event = field(default_factory=threading.Event)
-    progress: Progress = field(default_factory=Progress)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
     """Touched by the executor whenever an action ends."""
 
     @classmethod

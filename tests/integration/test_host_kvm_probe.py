@@ -19,7 +19,7 @@ from reconciler.adapters.hypervisor.hostcheck.kvmprobe import probe_kvm
 from reconciler.adapters.hypervisor.images.baseimage import BaseImages
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.cli import main
-from reconciler.core.render.kvmprobe import PROBE_DOMAIN, PROBE_VOLUME
+from reconciler.core.render.kvmguest import PROBE_DOMAIN, PROBE_VOLUME
 from reconciler.model import Host
 
 

@@ -26,7 +26,7 @@ from labutil import ROOT, apply, git, probe_through, squid_user_data, virsh
 
 from lab import config as lab_config
 from lab.hosts import LabError
-from reconciler.core.render.kvmprobe import PROBE_DOMAIN
+from reconciler.core.render.kvmguest import PROBE_DOMAIN
 
 LAB_HOSTS = 1
 NAME = "k-bios"

@@ -2,7 +2,7 @@
 
 First the cheap part: libvirt's domain capabilities for the ``kvm`` type (no
 ``/dev/kvm``, or no access to it, ends there). Then the part that tells:
-``core.render.kvmprobe``'s boot sector is written into the host's pool as
+``core.render.kvmguest``'s boot sector is written into the host's pool as
 ``proxyfleet-kvm-probe.img`` (1 MiB), a transient domain
 ``proxyfleet-kvm-probe`` of type kvm boots it under SeaBIOS, and the probe
 reads the guest's progress marker with ``virDomainMemoryPeek`` every half
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import libvirt
 
 from reconciler.core.render.domainxml import cpu_element
-from reconciler.core.render.kvmprobe import (
+from reconciler.core.render.kvmguest import (
     DISK_IMAGE,
     MARKER_ADDRESS,
     MARKER_SIZE,

@@ -47,7 +47,7 @@ def stream_up(
     instead of between the sends.
     """
     hasher = Hasher()
-    progress = Progress(session.host.name, name, size)
+    progress = UploadLog(session.host.name, name, size)
     try:
         with session.rpc("virStorageVolUpload", volume=name, bytes=size) as (
             conn,
@@ -95,7 +95,7 @@ def abort_quietly(stream: Any) -> None:
         log.debug("aborting an upload stream failed: %s", exc)
 
 
-class Progress:
+class UploadLog:
     def __init__(self, host: str, name: str, size: int) -> None:
         self.host, self.name, self.size = host, name, size
         self.sent = 0
@@ -172,7 +172,7 @@ class Reader:
     """sendAll's handler: reads, hands to the hasher, counts and re-arms the deadline per chunk."""
 
     def __init__(
-        self, fh: IO[bytes], hasher: Hasher, progress: Progress, deadline: Deadline
+        self, fh: IO[bytes], hasher: Hasher, progress: UploadLog, deadline: Deadline
     ) -> None:
         self._fh, self._hasher, self._progress, self._deadline = fh, hasher, progress, deadline
 

@@ -12,9 +12,9 @@ import libvirt
 import pytest
 
 from reconciler.adapters.hypervisor.hostcheck.kvmprobe import _watch
-from reconciler.core.render import kvmprobe
+from reconciler.core.render import kvmguest
 from reconciler.core.render.domainxml import cpu_element
-from reconciler.core.render.kvmprobe import (
+from reconciler.core.render.kvmguest import (
     BOOT_SECTOR,
     DISK_IMAGE,
     PROBE_DOMAIN,
@@ -25,7 +25,7 @@ from reconciler.core.render.kvmprobe import (
 )
 from reconciler.errors import NotFoundError
 
-SOURCE = Path(kvmprobe.__file__).with_name("kvmprobe_boot.S")
+SOURCE = Path(kvmguest.__file__).with_name("kvmguest_boot.S")
 
 
 def test_the_boot_sector_is_its_assembly_source_assembled(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ failure"). On the lab machines SeaBIOS itself runs, then SYSLINUX dies on an
 something tells.
 
 So ``proxyfleet hosts check`` boots :data:`BOOT_SECTOR` (source:
-``kvmprobe_boot.S`` beside this file) under SeaBIOS in a throw-away transient
+``kvmguest_boot.S`` beside this file) under SeaBIOS in a throw-away transient
 ``kvm`` domain with no NIC. It makes the switches a BIOS guest makes (real
 mode, protected mode with an ``iret`` there, long mode with paging) and writes
 a marker to guest-physical :data:`MARKER_ADDRESS` after each step, which the
@@ -44,7 +44,7 @@ _CODE = bytes.fromhex(
     "fc8d76000000000000000000ffff0000009acf00ffff00000092cf00ffff0000009aaf001f00e07c"
 )
 BOOT_SECTOR = _CODE.ljust(510, b"\0") + b"\x55\xaa"
-"""``kvmprobe_boot.S`` assembled (``as --32``, ``ld -Ttext 0x7c00 --oformat binary``)."""
+"""``kvmguest_boot.S`` assembled (``as --32``, ``ld -Ttext 0x7c00 --oformat binary``)."""
 DISK_IMAGE = BOOT_SECTOR.ljust(DISK_BYTES, b"\0")
 
 
