@@ -7,7 +7,8 @@ their input through here, so a case reads like the situation it describes
     fleet:                        # everything optional
       name: home
       policy: {prune: true, maxDeletesPerRun: 5, allowEmpty: false,
-               drift: correct, suspend: false}
+               drift: correct, suspend: false, maxShrinkPercent: 50,
+               acknowledgeShrinkTo: 1}
       hosts:                      # default: [{name: kvm01, zone: a}]
         - {name: kvm01, zone: a, maxProxies: 2, network: br0, state: cordoned}
     proxies:
@@ -144,6 +145,8 @@ def build_repo(fleet: Mapping[str, Any] | None, proxies: list[Mapping[str, Any]]
             suspend=policy.get("suspend", False),
             rollout=_rollout(policy.get("rollout", {})),
             overcommit=Overcommit(**policy.get("overcommit", {})),
+            max_shrink_percent=policy.get("maxShrinkPercent", 50),
+            acknowledge_shrink_to=policy.get("acknowledgeShrinkTo"),
         ),
     )
     expanded = [member for raw in proxies for member in _members(raw)]

@@ -9,6 +9,10 @@ fixed-address proxy's recreate) when given.
 On top of its own expectations every case must hold the invariants below. A
 case with ``xfail: <why>`` documents a known gap and must fail (strict).
 
+A case with ``shrink:`` states what the shrink gate (reconciler.core.plan.gates.shrink)
+finds in its repo and inventory before any planning: ``null`` (none), or ``{lost, owned,
+desired, acknowledged}``; the plan it expects is the one an acknowledged shrink gets.
+
 A case may go on with ``then: {proxies: [...], fleet: {...}, expect: [...]}``:
 its plan is played out (planworld.apply_plan: every unblocked action
 succeeds; with ``healthy: true`` in ``then``, replaced VMs are deleted too),
@@ -29,6 +33,7 @@ from planworld import apply_plan, build_history, build_inventory, build_repo, de
 from ruamel.yaml import YAML
 
 from reconciler.core.naming import domain_name, resolve_image, volume_domain
+from reconciler.core.plan.gates import shrink
 from reconciler.core.plan.planner import plan
 from reconciler.model import Action, ActionKind, HostInventory, Inventory, Owner, Plan, Repo
 from reconciler.model.history import History
@@ -89,6 +94,8 @@ def test_plan_case(path: Path) -> None:
         deletes_left=case.get("deletesLeft"),
         deletes_why=case.get("deletesWhy", ""),
     )
+    if "shrink" in case:
+        _assert_shrink(repo, inventory, case["shrink"])
     result = _step(repo, inventory, case.get("expect") or [], history, limits)
     _assert_halts(result, case)
     fleet, then = case.get("fleet"), case.get("then")
@@ -105,6 +112,12 @@ def test_plan_case(path: Path) -> None:
         result = _step(repo, inventory, then.get("expect") or [], history, limits)
         _assert_halts(result, then)
         then = then.get("then")
+
+
+def _assert_shrink(repo: Repo, inventory: Inventory, want: dict[str, Any] | None) -> None:
+    found = shrink(repo, inventory)
+    got = None if found is None else dataclasses.asdict(found)
+    assert got == want, f"shrink: expected {want}, got {got}"
 
 
 def _assert_halts(result: Plan, case: dict[str, Any]) -> None:
