@@ -32,6 +32,7 @@ A literal block keeps one manifest line per userData line, so an error found
 inside userData (a cloud-config key, a secret reference, a variable) is
 reported at the manifest line an operator can jump to. A quoted or plain
 one-line string has no such mapping: its errors point at the value itself.
+
 userData read from a ``userDataFile`` is its own file: an error inside it is
 reported at that file's line and column (once, however many proxies share it,
 when the message is the same for all of them). Variables never hold a line break
@@ -51,7 +52,7 @@ from reconciler.core.load.schemacheck import did_you_mean
 from reconciler.core.load.yamlload import Document, FieldPath, Mark, format_path
 from reconciler.errors import Problem
 
-FILE_KEY = "userDataFile"
+FILE_KEY: Final = "userDataFile"
 USER_DATA: Final[FieldPath] = ("spec", "cloudInit", "userData")
 FIELD: Final = "spec.cloudInit.userData"
 VENDOR_DATA: Final[FieldPath] = ("spec", "cloudInit", "vendorData")
