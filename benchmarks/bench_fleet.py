@@ -71,31 +71,16 @@ def write_repo(root: Path, per_host: int) -> Repo:
     one load's bound on YAML values, reconciler.core.load.expansion)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "proxies.yaml").unlink(missing_ok=True)  # an earlier run's: fleet.yaml alone first
-    text = fleet_yaml(FLEET, policy="prune: true\n    maxDeletesPerRun: 5\n    drift: detect")
-    lines, host = [], -1
-    for line in text.splitlines():
-        if line.startswith("    - name: "):  # a host (spec.hosts, as fleet_yaml writes it)
-            host += 1
-        if line.strip().startswith("zone: ") and host >= 0:
-            line = line[: line.index("zone: ")] + f"zone: h{host:02d}"
-        lines.append(line)
-    (root / "fleet.yaml").write_text("\n".join(lines) + "\n")
+    policy = "prune: true\n    maxDeletesPerRun: 5\n    drift: detect"
+    (root / "fleet.yaml").write_text(fleet_yaml(FLEET, policy=policy, zone_per_host=True))
     fleet = load_repo_at(root).fleet
     (root / "proxies.yaml").write_text(
         "---\n".join(
-            proxy_set_yaml(f"f{h:02d}", per_host, zone=host.zone)
+            proxy_yaml(f"f{h:02d}", zone=host.zone, replicas=per_host)
             for h, host in enumerate(fleet.hosts)
         )
     )
     return load_repo_at(root)
-
-
-def proxy_set_yaml(name: str, replicas: int, *, zone: str) -> str:
-    """A ProxySet of ``replicas`` proxies, each what ``proxy_yaml`` writes for its name."""
-    one = proxy_yaml("${proxy.name}", zone=zone)
-    head, spec = one.split("spec:\n", 1)
-    head = head.replace("kind: Proxy", "kind: ProxySet").replace("${proxy.name}", name)
-    return f"{head}spec:\n  replicas: {replicas}\n{spec}"
 
 
 def rss_kib(field: str) -> int:

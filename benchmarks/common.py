@@ -317,17 +317,22 @@ def fleet_yaml(
     policy: str = POLICY,
     max_proxies: int = 1000,
     extra_images: str = "",
+    zone_per_host: bool = False,
 ) -> str:
-    """fleet.yaml on this lab instance: its hosts and images, one machine type ``tiny``."""
+    """fleet.yaml on this lab instance: its hosts and images, one machine type ``tiny``;
+    ``zone_per_host``: each host in a zone of its own, ``h<NN>`` by its place in the list."""
     from lab import config
 
     vcpus, memory, disk = machine
     images = "".join(f"  {line}\n" for line in config.IMAGES_YAML.read_text().splitlines()[1:])
     cap = f"      maxProxies: {max_proxies}\n"
-    hosts = "".join(
-        f"  {line}\n" + (cap if line.startswith("  - name") else "")
-        for line in config.HOSTS_YAML.read_text().splitlines()[1:]
-    )
+    hosts, index = "", -1
+    for line in config.HOSTS_YAML.read_text().splitlines()[1:]:
+        if line.startswith("  - name"):
+            index += 1
+        if zone_per_host and line.strip().startswith("zone: "):
+            line = f"    zone: h{index:02d}"
+        hosts += f"  {line}\n" + (cap if line.startswith("  - name") else "")
     return (
         f"apiVersion: proxyfleet/v1\nkind: Fleet\nmetadata:\n  name: {name}\nspec:\n"
         + images
@@ -340,17 +345,29 @@ def fleet_yaml(
 
 
 def proxy_yaml(
-    name: str, *, zone: str = "zone-a", image: str = "debian12-bios", host: str | None = None
+    name: str,
+    *,
+    zone: str = "zone-a",
+    image: str = "debian12-bios",
+    host: str | None = None,
+    replicas: int | None = None,
 ) -> str:
     """A Proxy manifest whose userData is a small cloud-config (as an operator would write);
-    ``host`` pins it to one host (``placement.host``)."""
+    ``host`` pins it to one host (``placement.host``); ``replicas``: a ProxySet ``name`` of
+    that many such proxies instead, each naming itself (``${proxy.name}``)."""
     pin = f"    host: {host}\n" if host else ""
+    kind, own, count = (
+        ("Proxy", name, "")
+        if replicas is None
+        else ("ProxySet", "${proxy.name}", f"  replicas: {replicas}\n")
+    )
     return (
-        "apiVersion: proxyfleet/v1\nkind: Proxy\n"
+        f"apiVersion: proxyfleet/v1\nkind: {kind}\n"
         f"metadata:\n  name: {name}\n"
-        f"spec:\n  placement:\n    zone: {zone}\n{pin}    image: {image}\n    machineType: tiny\n"
+        f"spec:\n{count}  placement:\n    zone: {zone}\n{pin}    image: {image}\n"
+        "    machineType: tiny\n"
         "  cloudInit:\n    userData: |\n      #cloud-config\n"
-        f"      hostname: {name}\n      runcmd:\n        - [sh, -c, 'echo {name} > /run/bench']\n"
+        f"      hostname: {own}\n      runcmd:\n        - [sh, -c, 'echo {own} > /run/bench']\n"
         "  health:\n    probeURL: http://10.79.0.1/generate_204\n    expectStatus: 204\n"
     )
 

@@ -66,9 +66,8 @@ def _shown(target: Target) -> str:
 
 
 def _status_matches(status: ProxyStatus, want: dict[str, Any]) -> bool:
-    if "detail" in want and (
-        want["detail"] not in status.detail if want["detail"] else status.detail
-    ):
+    detail = want.get("detail")
+    if detail is not None and (detail not in status.detail or (not detail and status.detail)):
         return False
     return status.state.value == want["state"] and all(
         getattr(status, key) == want[key] for key in ("host", "domain", "zone") if key in want

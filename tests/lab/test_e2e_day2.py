@@ -695,12 +695,11 @@ def test_a_an_image_update_rolls_over_every_proxy_with_at_most_one_unavailable(
 
     maxSurge 1 makes batches of 2 (surge + unavailable) of the 3 proxies: two places, the
     third replace started only in the plan that deletes an old VM of the first two (its new
-    VM healthy), and two replaces in flight
-    at once, so a rollout that took an old VM away before its successor served would drop
-    to N - 2 and fail the N - 1 floor. With maxSurge 0 the batches hold one replace: a
-    third create-to-healthy time (~3 min), and a one-at-a-time rollout never goes below
-    N - 1 whatever it does, so the floor would prove less; with maxSurge 2 or more, all
-    three roll at once and no pacing is seen."""
+    VM healthy), and two replaces in flight at once, so a rollout that took an old VM away
+    before its successor served would drop to N - 2 and fail the N - 1 floor. With
+    maxSurge 0 the batches hold one replace: a third create-to-healthy time (~3 min), and
+    a one-at-a-time rollout never goes below N - 1 whatever it does, so the floor would
+    prove less; with maxSurge 2 or more, all three roll at once and no pacing is seen."""
     lab, daemon, remote = rig.lab, rig.daemon, rig.remote
     t0 = time.monotonic()
     source = imagebuild.cached(lab_config.IMAGES_DIR)
