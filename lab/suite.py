@@ -16,12 +16,16 @@ most of it waiting. Beside them its waits overlap their boots; its CPU slows the
 Stream A runs ``FIRST`` (the daemon modules: about half of the suite's time); stream B every
 other module in ``tests/lab``, so that a new module runs without being listed. Both print
 their lines as they come, prefixed ``[lab-k]``; the exit code is the first non-zero one of
-the two (pytest's 5, no test collected, included).
+the two (pytest's 5, no test collected, included). Once all have ended, each run's short
+summary (what failed, what was skipped, its counts) and exit are said again, one run after
+the other, as the last lines: a CI log shown only by its tail still says which run failed
+and what in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import subprocess
 import sys
@@ -58,17 +62,66 @@ def commands(pytest_args: list[str]) -> tuple[list[str], list[str]]:
     return first + pytest_args, rest + pytest_args
 
 
-def _pump(prefix: str, proc: subprocess.Popen[bytes], lock: threading.Lock, started: float) -> None:
+SUMMARY_MARK = b"short test summary info"
+"""The line after which pytest says what failed, what was skipped and how the run ended."""
+SUMMARY_LINES = 60
+"""At most this many of a run's summary lines are said again at the end."""
+TAIL_LINES = 5
+"""A run that printed no summary (killed, or stopped before pytest's own report) has its
+last lines said again instead."""
+
+
+class Ending:
+    """What one run said at its end: pytest's short summary when it printed one, else its
+    last lines, and how it exited. Said again, together, once every run has ended: the
+    runs' lines interleave, and a CI log is often read from its tail."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.summary: list[bytes] | None = None
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_LINES)
+        self.exit_line = ""
+
+    def saw(self, line: bytes) -> None:
+        self.tail.append(line)
+        if self.summary is not None:
+            self.summary.append(line)
+        elif SUMMARY_MARK in line:
+            self.summary = [line]
+
+    def lines(self) -> list[bytes]:
+        said = self.summary if self.summary is not None else list(self.tail)
+        if len(said) > SUMMARY_LINES:
+            cut = len(said) - SUMMARY_LINES + 1
+            said = [*said[: SUMMARY_LINES - 2], f"... ({cut} lines more)\n".encode(), said[-1]]
+        return [self.prefix.encode() + line for line in said]
+
+
+def _pump(
+    ending: Ending, proc: subprocess.Popen[bytes], lock: threading.Lock, started: float
+) -> None:
     """Copy the run's lines, prefixed, then say how it ended and when (its own time, not
     the time the other run was waited for)."""
     assert proc.stdout is not None
     for line in iter(proc.stdout.readline, b""):
+        ending.saw(line)
         with lock:
-            sys.stdout.buffer.write(prefix.encode() + line)
+            sys.stdout.buffer.write(ending.prefix.encode() + line)
             sys.stdout.buffer.flush()
     code = proc.wait()
+    ending.exit_line = f"{ending.prefix}exit {code} after {time.monotonic() - started:.0f} s"
     with lock:
-        print(f"{prefix}exit {code} after {time.monotonic() - started:.0f} s", flush=True)
+        print(ending.exit_line, flush=True)
+
+
+def say_endings(endings: list[Ending]) -> None:
+    """Every run's ending, one after the other, as the log's last lines."""
+    sys.stdout.buffer.write(b"==== lab.suite: how each run ended\n")
+    for ending in endings:
+        for line in ending.lines():
+            sys.stdout.buffer.write(line if line.endswith(b"\n") else line + b"\n")
+        sys.stdout.buffer.write(ending.exit_line.encode() + b"\n")
+    sys.stdout.buffer.flush()
 
 
 NON_LAB_ARGS = ("-q", "-m", "not lab", "-p", "no:cacheprovider", "--durations=15")
@@ -98,6 +151,7 @@ def run(instances: tuple[int, int], pytest_args: list[str], *, non_lab: bool = F
     lock = threading.Lock()
     started = time.monotonic()
     procs: list[tuple[subprocess.Popen[bytes], threading.Thread]] = []
+    endings: list[Ending] = []
     for prefix, args, extra_env in runs(instances, pytest_args, non_lab=non_lab):
         # Unbuffered: pytest's lines through a pipe would otherwise come in 8 KiB blocks,
         # and a run stopped by a CI timeout would lose them.
@@ -110,13 +164,15 @@ def run(instances: tuple[int, int], pytest_args: list[str], *, non_lab: bool = F
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        pump = threading.Thread(target=_pump, args=(prefix, proc, lock, started), daemon=True)
+        endings.append(Ending(prefix))
+        pump = threading.Thread(target=_pump, args=(endings[-1], proc, lock, started), daemon=True)
         pump.start()
         procs.append((proc, pump))
     codes = []
     for proc, pump in procs:
         codes.append(proc.wait())
         pump.join()
+    say_endings(endings)
     return next((code for code in codes if code != 0), 0)
 
 

@@ -90,3 +90,60 @@ def test_with_non_lab_a_third_run_takes_every_test_not_marked_lab_and_its_failur
     assert "--durations-min=30" not in non_lab
     assert not any(a.startswith("--basetemp") or a.endswith(".py") for a in non_lab)
     assert sorted(instance for _, instance in calls if instance) == ["0", "1"]
+
+
+def test_the_last_lines_say_each_runs_failures_and_exit_even_when_another_run_printed_after_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The non-lab run fails early with pytest's short summary; the lab runs print long
+    after it. The log's tail still names the failed test and the run's exit; a run killed
+    before its summary has its last lines said instead."""
+    real = subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        instance = kwargs["env"].get("PROXYFLEET_LAB_INSTANCE")  # type: ignore[attr-defined]
+        if instance is None:
+            script = (
+                "print('...F.');"
+                "print('==== short test summary info ====');"
+                "print('FAILED tests/test_x.py::test_y - assert 1 == 2');"
+                "print('1 failed, 4 passed in 9.00s'); raise SystemExit(1)"
+            )
+        elif instance == "0":
+            script = (
+                "import time; time.sleep(0.5);"
+                "[print(f'line {i}') for i in range(50)];"
+                "print('==== short test summary info ====');"
+                "print('3 passed in 80.00s')"
+            )
+        else:
+            script = (
+                "import time; time.sleep(0.5);"
+                "[print(f'boot {i}') for i in range(9)]; raise SystemExit(-9)"
+            )
+        return real([sys.executable, "-c", script], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.delenv("PROXYFLEET_LAB_INSTANCE", raising=False)
+    monkeypatch.setattr(suite.subprocess, "Popen", popen)
+    assert suite.run((0, 1), [], non_lab=True) != 0
+    out = capfd.readouterr().out
+    tail = out[out.rindex("==== lab.suite: how each run ended") :].splitlines()
+    assert "[non-lab] FAILED tests/test_x.py::test_y - assert 1 == 2" in tail
+    assert any(line.startswith("[non-lab] exit 1 after") for line in tail)
+    assert "[lab-0] 3 passed in 80.00s" in tail and "[lab-0] line 49" not in tail
+    assert [line for line in tail if line.startswith("[lab-1] boot")] == [
+        f"[lab-1] boot {i}" for i in range(4, 9)
+    ]
+    assert tail[-1].startswith("[non-lab] exit 1 after")
+
+
+def test_a_summary_longer_than_the_cap_keeps_its_first_lines_and_its_counts() -> None:
+    ending = suite.Ending("[lab-0] ")
+    ending.saw(b"==== short test summary info ====\n")
+    for i in range(200):
+        ending.saw(f"FAILED t::test_{i}\n".encode())
+    ending.saw(b"200 failed in 1.00s\n")
+    lines = ending.lines()
+    assert len(lines) == suite.SUMMARY_LINES
+    assert lines[1] == b"[lab-0] FAILED t::test_0\n"
+    assert lines[-2].startswith(b"[lab-0] ... (") and lines[-1] == b"[lab-0] 200 failed in 1.00s\n"
