@@ -100,6 +100,16 @@ class HostLayout:
         return f"10.78.{self.g}.1"
 
     @property
+    def bridge_mac(self) -> str:
+        """br0's own MAC, fixed (locally administered, one per host machine-wide). Left to
+        the kernel, a bridge with only guests' taps as ports takes the lowest tap's MAC;
+        when that guest goes, the bridge's MAC changes and the kernel flushes its ARP
+        table, so an agentless guest's address is unknown until it next speaks (seen on
+        the lab 2026-12-07: test_e2e_apply's replace, when the old VM's tap had the lower
+        MAC). A real host's bridge keeps its physical port's MAC, or a set one."""
+        return f"02:70:66:00:{self.g // 256:02x}:{self.g % 256:02x}"
+
+    @property
     def dhcp_range(self) -> tuple[str, str]:
         return f"10.78.{self.g}.10", f"10.78.{self.g}.250"
 

@@ -5,10 +5,11 @@ A host is of kind ``debian12`` (the machine's own libvirt 9 and QEMU 7.2) or ``d
 pivot_root by ``holder.sh``); the kind is kept in the host's state directory.
 
 Host ``pfhostN`` is a network namespace of that name joined to the root namespace by a veth
-(root ``pfhostN`` 10.77.N.1/30 <-> ``uplink`` 10.77.N.2/30), a bridge ``br0`` (10.78.N.1/24)
-for its guests with dnsmasq for DHCP, and a private mount namespace held by ``holder.sh``
-in which /run, /etc/libvirt, /var/lib/libvirt, /var/log/libvirt and /var/cache/libvirt are
-the host's own. virtlogd, libvirtd, sshd, dnsmasq and the 204 probe server run there.
+(root ``pfhostN`` 10.77.N.1/30 <-> ``uplink`` 10.77.N.2/30), a bridge ``br0`` (10.78.N.1/24,
+a MAC of its own: ``HostLayout.bridge_mac`` says why) for its guests with dnsmasq for DHCP,
+and a private mount namespace held by ``holder.sh`` in which /run, /etc/libvirt,
+/var/lib/libvirt, /var/log/libvirt and /var/cache/libvirt are the host's own. virtlogd,
+libvirtd, sshd, dnsmasq and the 204 probe server run there.
 Beside ``br0``, libvirt itself runs a network ``labnet`` (bridge ``labnet0``, 10.80.N.1/24,
 forward mode ``open`` so libvirt writes no firewall rule, DHCP by libvirt's own dnsmasq,
 whose leases libvirt reports); the root namespace routes 10.80.N.0/24 to the host's veth.
@@ -169,6 +170,7 @@ def ensure_network(host: HostLayout) -> None:
             "stp_state",
             "0",
         )
+    run("ip", "-n", ns, "link", "set", "br0", "address", host.bridge_mac)
     run("ip", "-n", ns, "addr", "replace", f"{host.bridge_address}/24", "dev", "br0")
     run("ip", "-n", ns, "link", "set", "br0", "up")
     run("ip", "-n", ns, "addr", "replace", f"{config.PROBE_ADDRESS}/32", "dev", "lo")

@@ -12,6 +12,7 @@ import libvirt
 import paramiko
 import pytest
 
+from reconciler.adapters.hypervisor.hostcheck.check import bridge_mac_note
 from reconciler.adapters.hypervisor.images.baseimage import marker_line, parse_marker
 from reconciler.adapters.hypervisor.libvirthost import LibvirtHost
 from reconciler.adapters.hypervisor.observe.addresses import domain_addresses, usable_ipv4
@@ -326,3 +327,36 @@ def test_a_full_pool_is_permanent_for_the_run_though_libvirt_calls_it_a_system_e
 
     assert isinstance(error, PermanentError)
     assert "No space left on device" in str(error)
+
+
+class SysfsSession:
+    """A session whose host answers file reads from a dict (None: the host did not say)."""
+
+    def __init__(self, files: dict[str, str | None]) -> None:
+        self.files = files
+
+    def read_host_file(self, path: str, **_kw: object) -> str | None:
+        return self.files.get(path)
+
+
+@pytest.mark.parametrize(
+    ("address", "assign", "warned"),
+    [
+        ("fe:54:00:1a:d1:98\n", "1\n", True),  # follows a guest's tap (seen on the lab)
+        ("fe:54:00:1a:d1:98\n", "3\n", False),  # set by hand to that very value: kept
+        ("02:70:66:00:00:0b\n", "3\n", False),  # set by hand
+        ("00:1b:21:3a:4f:10\n", "0\n", False),  # a physical port's, lower than any tap
+        (None, "1\n", False),  # the host did not say
+    ],
+)
+def test_a_bridge_whose_mac_is_a_guest_taps_gets_a_warning_that_says_what_to_do(
+    address: str | None, assign: str, warned: bool
+) -> None:
+    session = SysfsSession(
+        {"/sys/class/net/br0/address": address, "/sys/class/net/br0/addr_assign_type": assign}
+    )
+    note = bridge_mac_note(session, "br0")  # type: ignore[arg-type]
+    assert bool(note) is warned
+    if warned:
+        assert "fe:54:00:1a:d1:98" in note and "ARP table" in note
+        assert "ip link set br0 address" in note

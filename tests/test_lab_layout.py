@@ -27,10 +27,20 @@ def test_every_instance_has_ten_hosts_whose_names_and_networks_no_other_instance
                 layout.address,
                 layout.guest_subnet,
                 layout.network_subnet,
+                layout.bridge_mac,
             ):
                 assert seen.setdefault(value, instance) == instance, value
     assert config.MAX_HOSTS == 10
-    assert len(seen) == (config.MAX_INSTANCE + 1) * 10 * 4
+    assert len(seen) == (config.MAX_INSTANCE + 1) * 10 * 5
+
+
+def test_a_bridge_mac_is_unicast_locally_administered_and_below_every_guest_tap() -> None:
+    """libvirt gives a guest's tap its MAC with the first byte fe: a bridge MAC below that
+    would be kept by the kernel anyway; this one is set, so it never follows a tap."""
+    mac = HostLayout(3).bridge_mac
+    first = int(mac.split(":")[0], 16)
+    assert first & 0x01 == 0 and first & 0x02 and mac < "fe:"
+    assert len(mac.split(":")) == 6
 
 
 def test_an_instance_claims_its_tenth_host_and_not_the_next_instances_first(

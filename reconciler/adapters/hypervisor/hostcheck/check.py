@@ -141,13 +141,13 @@ def check_host(
             if exc.code == libvirt.VIR_ERR_NO_INTERFACE:
                 raise _Failed(f"bridge {name!r} does not exist on the host") from exc
             if exc.code == libvirt.VIR_ERR_NO_SUPPORT:
-                return bridge_from_sysfs(session, name)
+                return bridge_from_sysfs(session, name) + bridge_mac_note(session, name)
             raise
         active = session.call("virInterfaceIsActive", lambda _c: iface.isActive(), bridge=name)
         if not active:
             # Guests can attach to it; it only carries traffic once a port is up.
             return f"bridge {name!r} present, link down (no port up yet?)"
-        return f"bridge {name!r} up"
+        return f"bridge {name!r} up" + bridge_mac_note(session, name)
 
     def firmware() -> str:
         xml = session.call(
@@ -244,6 +244,33 @@ def bridge_from_sysfs(session: LibvirtSession, name: str) -> str:
             f"bridge {name!r} does not exist on the host (no /sys/class/net/{name}/bridge)"
         )
     return f"bridge {name!r} present (seen in /sys/class/net; libvirt has no interface driver)"
+
+
+TAP_MAC_PREFIX = "fe:"
+"""libvirt gives a guest's tap the guest's MAC with the first byte ``fe``."""
+ADDR_SET = "3"
+"""``/sys/class/net/<dev>/addr_assign_type`` of an address set by hand (NET_ADDR_SET)."""
+
+
+def bridge_mac_note(session: LibvirtSession, name: str) -> str:
+    """A warning to append when the bridge's MAC is a guest's tap's ("" otherwise, or when
+    the host does not say). A bridge whose MAC was not set takes its lowest port's; with
+    no physical port that is a guest's tap, and when that guest goes the MAC changes and
+    the kernel flushes the bridge's ARP table: a proxy without the guest agent then has no
+    known address (docs/hosts.md 6) until it next sends something. Passes: it works."""
+    address = session.read_host_file(f"/sys/class/net/{name}/address", limit=64)
+    assign = session.read_host_file(f"/sys/class/net/{name}/addr_assign_type", limit=16)
+    if address is None or assign is None:
+        return ""
+    mac = address.strip().lower()
+    if assign.strip() == ADDR_SET or not mac.startswith(TAP_MAC_PREFIX):
+        return ""
+    return (
+        f"; its MAC {mac} is a guest's tap's (none set, no physical port): when that guest "
+        "goes the bridge's MAC changes and the kernel empties its ARP table, and a proxy "
+        "without the guest agent has no known address until it next sends; set one "
+        f"(ip link set {name} address 02:...) or give the bridge its physical port"
+    )
 
 
 class _Failed(Exception):

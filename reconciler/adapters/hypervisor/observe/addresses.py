@@ -17,7 +17,7 @@ from typing import Any
 
 import libvirt
 
-from reconciler.adapters.hypervisor.observe.neighbours import ARP_TABLE, arp_ipv4
+from reconciler.adapters.hypervisor.observe.neighbours import ARP_TABLE, arp_entries, arp_ipv4
 from reconciler.adapters.hypervisor.transport.libvirtrpc import LibvirtSession
 from reconciler.errors import PermanentError, TransientError
 
@@ -75,17 +75,30 @@ def domain_addresses(session: LibvirtSession, dom: Any, domain: str) -> tuple[st
 
 def host_arp(session: LibvirtSession, dom: Any, domain: str) -> tuple[str, ...]:
     """The domain's IPv4 from the host's /proc/net/arp, for when libvirt's own ARP
-    reader fails (reconciler.adapters.hypervisor.observe.neighbours)."""
+    reader fails (reconciler.adapters.hypervisor.observe.neighbours). Says at debug why
+    it found none: the table unread, or what the table holds for the domain's MACs."""
+    host = session.host.name
     xml = session.call("virDomainGetXMLDesc", lambda _c: dom.XMLDesc(0), domain=domain)
     macs = interface_macs(xml)
-    table = session.read_host_file(ARP_TABLE) if macs else None
-    ips = arp_ipv4(table, macs) if table is not None else ()
+    if not macs:
+        log.debug("host %s: %s has no interface MAC to look up in the ARP table", host, domain)
+        return ()
+    table = session.read_host_file(ARP_TABLE)
+    if table is None:
+        log.debug("host %s: its ARP table %s could not be read for %s", host, ARP_TABLE, domain)
+        return ()
+    ips = arp_ipv4(table, macs)
     if ips:
         log.debug(
-            "host %s: address of %s from the host's ARP table: %s",
-            session.host.name,
+            "host %s: address of %s from the host's ARP table: %s", host, domain, ", ".join(ips)
+        )
+    else:
+        log.debug(
+            "host %s: the host's ARP table has no complete entry for %s (MAC %s): %s",
+            host,
             domain,
-            ", ".join(ips),
+            ", ".join(macs),
+            " | ".join(arp_entries(table, macs)) or "no entry at all",
         )
     return ips
 

@@ -48,3 +48,13 @@ def arp_ipv4(table: str, macs: Iterable[str]) -> tuple[str, ...]:
         if str(ip) not in ips:
             ips.append(str(ip))
     return tuple(ips)
+
+
+def arp_entries(table: str, macs: Iterable[str]) -> tuple[str, ...]:
+    """The lines of ``table`` for ``macs``, spaces squeezed: what a log says of them."""
+    wanted = {mac.lower() for mac in macs}
+    return tuple(
+        " ".join(fields)
+        for fields in (line.split() for line in table.splitlines()[1:])
+        if len(fields) >= 4 and fields[3].lower() in wanted
+    )
