@@ -238,6 +238,64 @@ def test_without_an_agent_the_dhcp_lease_answers_before_arp_is_asked() -> None:
     ]
 
 
+class BridgedAgentlessDomain:
+    """A running domain on a bridge, no agent, no lease, libvirt's ARP reader broken (the
+    kernel-6.10 ``wrong nlmsg len``): only the host's /proc/net/arp can say."""
+
+    def isActive(self) -> bool:
+        return True
+
+    def interfaceAddresses(self, source: int, _flags: int) -> dict[str, Any]:
+        if source == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT:
+            raise libvirt_error(libvirt.VIR_ERR_AGENT_UNRESPONSIVE)
+        if source == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP:
+            raise libvirt_error(libvirt.VIR_ERR_INTERNAL_ERROR, message="wrong nlmsg len")
+        return {}
+
+    def XMLDesc(self, _flags: int) -> str:
+        mac = "<mac address='52:54:00:d8:20:40'/>"
+        return f"<domain><devices><interface>{mac}</interface></devices></domain>"
+
+
+class ArpSession(AddressSession):
+    def __init__(self, table: str | None) -> None:
+        self.table = table
+
+    def read_host_file(self, path: str, **_kw: object) -> str | None:
+        assert path == "/proc/net/arp"
+        return self.table
+
+
+ARP_HEADER = "IP address       HW type     Flags       HW address            Mask     Device\n"
+
+
+@pytest.mark.parametrize(
+    ("table", "found", "said"),
+    [
+        (
+            ARP_HEADER + "10.78.12.115 0x1 0x2 52:54:00:d8:20:40 * br0\n",
+            ("10.78.12.115",),
+            "from the host's ARP table: 10.78.12.115",
+        ),
+        (ARP_HEADER, (), "no complete entry for pf-x (MAC 52:54:00:d8:20:40): no entry at all"),
+        (
+            ARP_HEADER + "10.78.12.115 0x1 0x0 52:54:00:d8:20:40 * br0\n",
+            (),
+            "10.78.12.115 0x1 0x0 52:54:00:d8:20:40 * br0",
+        ),
+        (None, (), "its ARP table /proc/net/arp could not be read for pf-x"),
+    ],
+)
+def test_the_arp_fallback_gives_the_complete_entry_or_says_at_debug_why_it_found_none(
+    table: str | None, found: tuple[str, ...], said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a bridge's MAC changed the kernel's ARP table is empty (seen on the lab): the
+    log then says so, not only that no address was found."""
+    caplog.set_level("DEBUG", logger="reconciler.host")
+    assert domain_addresses(ArpSession(table), BridgedAgentlessDomain(), "pf-x") == found  # type: ignore[arg-type]
+    assert said in caplog.text
+
+
 def test_a_marker_is_a_sha256sum_line_and_only_a_complete_one_counts() -> None:
     image = Image(key="debian-12", url="https://example.test/x.qcow2")
     line = marker_line("ab" * 32, image)
