@@ -259,11 +259,11 @@ def bridge_mac_note(session: LibvirtSession, name: str) -> str:
     the kernel flushes the bridge's ARP table: a proxy without the guest agent then has no
     known address (docs/hosts.md 6) until it next sends something. Passes: it works."""
     address = session.read_host_file(f"/sys/class/net/{name}/address", limit=64)
-    assign = session.read_host_file(f"/sys/class/net/{name}/addr_assign_type", limit=16)
-    if address is None or assign is None:
+    mac = (address or "").strip().lower()
+    if not mac.startswith(TAP_MAC_PREFIX):  # the usual case: one read, no second
         return ""
-    mac = address.strip().lower()
-    if assign.strip() == ADDR_SET or not mac.startswith(TAP_MAC_PREFIX):
+    assign = session.read_host_file(f"/sys/class/net/{name}/addr_assign_type", limit=16)
+    if assign is None or assign.strip() == ADDR_SET:
         return ""
     return (
         f"; its MAC {mac} is a guest's tap's (none set, no physical port): when that guest "

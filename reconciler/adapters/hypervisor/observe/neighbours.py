@@ -19,7 +19,7 @@ domain's interfaces. Only complete entries (``ATF_COM``) count.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 ARP_TABLE = "/proc/net/arp"
 ATF_COM = 0x2
@@ -27,21 +27,25 @@ ATF_COM = 0x2
 LIBVIRT_ARP_BUG = "wrong nlmsg len"
 
 
-def arp_ipv4(table: str, macs: Iterable[str]) -> tuple[str, ...]:
-    """The usable IPv4 addresses ``table`` (``/proc/net/arp``) gives for ``macs``."""
+def _rows(table: str, macs: Iterable[str]) -> Iterator[list[str]]:
+    """The fields of each row of ``table`` (``/proc/net/arp``) whose MAC is one of ``macs``."""
     wanted = {mac.lower() for mac in macs}
-    ips: list[str] = []
     for line in table.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 6:
-            continue
-        address, _hw_type, flags, mac = fields[:4]
+        if len(fields) >= 6 and fields[3].lower() in wanted:
+            yield fields
+
+
+def arp_ipv4(table: str, macs: Iterable[str]) -> tuple[str, ...]:
+    """The usable IPv4 addresses ``table`` (``/proc/net/arp``) gives for ``macs``."""
+    ips: list[str] = []
+    for address, _hw_type, flags, *_rest in _rows(table, macs):
         try:
             complete = int(flags, 16) & ATF_COM
             ip = ipaddress.IPv4Address(address)
         except ValueError:
             continue
-        if not complete or mac.lower() not in wanted:
+        if not complete:
             continue
         if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
             continue
@@ -51,10 +55,5 @@ def arp_ipv4(table: str, macs: Iterable[str]) -> tuple[str, ...]:
 
 
 def arp_entries(table: str, macs: Iterable[str]) -> tuple[str, ...]:
-    """The lines of ``table`` for ``macs``, spaces squeezed: what a log says of them."""
-    wanted = {mac.lower() for mac in macs}
-    return tuple(
-        " ".join(fields)
-        for fields in (line.split() for line in table.splitlines()[1:])
-        if len(fields) >= 4 and fields[3].lower() in wanted
-    )
+    """The rows of ``table`` for ``macs``, spaces squeezed: what a log says of them."""
+    return tuple(" ".join(fields) for fields in _rows(table, macs))
